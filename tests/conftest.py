@@ -1,0 +1,27 @@
+"""Shared fixtures. ``../shared/data`` (beside the repo) holds MATH-500 and GSM8K; tests read
+them in place and never copy them into the repo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+MATH500 = SHARED_DATA / "math500.jsonl"
+GSM8K = SHARED_DATA / "gsm8k_test.jsonl"
+
+
+@pytest.fixture(scope="session")
+def math500_path() -> Path:
+    if not MATH500.exists():
+        pytest.fail(f"MATH-500 not found at {MATH500}: ../shared/data must sit beside the repo")
+    return MATH500
+
+
+@pytest.fixture(scope="session")
+def gsm8k_path() -> Path:
+    if not GSM8K.exists():
+        pytest.fail(f"GSM8K not found at {GSM8K}: ../shared/data must sit beside the repo")
+    return GSM8K
