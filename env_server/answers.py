@@ -1,0 +1,81 @@
+"""Reading debate turns: the last ``\\boxed{}`` answer and the verifier's verdict.
+
+Pure string operations, linear in the input, safe on the event loop: nothing here parses
+mathematics (that is the grader's job, in worker processes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+__all__ = ["last_boxed", "parse_verdict", "normalize_answer", "Verdict"]
+
+Verdict = Literal["CORRECT", "INCORRECT"]
+
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_VERDICT = re.compile(r"VERDICT\s*[:：]?\s*[*_`\"']*\s*(INCORRECT|CORRECT)\b", re.IGNORECASE)
+_NOISE = re.compile(r"\\[,;:! ]|\\left\b|\\right\b|\$")
+_COMMAND_SPACE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])")
+_SPACE = re.compile(r"\s+")
+_FRAC = re.compile(r"\\[dt]frac\b")
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last complete ``\\boxed{...}`` (or ``\\fbox{...}``), brace-matched.
+
+    One left-to-right pass with a stack of open braces, so the cost is linear even for
+    hostile input (thousands of unclosed boxes). Escaped braces (``\\{``, ``\\}``) and escaped
+    backslashes do not count.
+
+    Args:
+        text: a model response.
+
+    Returns:
+        The content between the braces, stripped (may be ``""`` for ``\\boxed{}``), or
+        ``None`` when the text has no complete box. An unclosed last box (a response cut
+        mid-answer) is skipped in favour of the previous complete one.
+    """
+    box_opens = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}
+    if not box_opens:
+        return None
+    best_open, best_close = -1, -1
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            opened = stack.pop()
+            if opened in box_opens and opened > best_open:
+                best_open, best_close = opened, i
+        i += 1
+    return text[best_open + 1 : best_close].strip() if best_open >= 0 else None
+
+
+def parse_verdict(text: str) -> Verdict | None:
+    """The verifier's verdict: the last ``VERDICT: CORRECT`` / ``VERDICT: INCORRECT``.
+
+    Case-insensitive; tolerates Markdown emphasis or quotes around the word
+    (``VERDICT: **INCORRECT**``). Returns ``None`` when there is no verdict.
+    """
+    matches = _VERDICT.findall(text)
+    return matches[-1].upper() if matches else None  # type: ignore[return-value]
+
+
+def normalize_answer(answer: str) -> str:
+    """A conservative canonical form of a LaTeX answer, for exact comparisons only.
+
+    Removes whitespace (except the space ending a control word before a letter), ``$``, ``\\left``/``\\right`` and LaTeX spacing commands, and maps
+    ``\\dfrac``/``\\tfrac`` to ``\\frac``: rewrites that cannot change a value. Used to detect
+    repeated answers and as the grader's exact fast path (equal normal forms are equivalent;
+    different ones go to math-verify).
+    """
+    text = _NOISE.sub("", answer)
+    text = _COMMAND_SPACE.sub("\\1\x00", text)  # ``\pi r`` must not become ``\pir``
+    text = _SPACE.sub("", text).replace("\x00", " ")
+    return _FRAC.sub(r"\\frac", text).rstrip(".")

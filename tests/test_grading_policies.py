@@ -1,0 +1,120 @@
+"""The grading policies a user will ask about, pinned (env_server/grading_worker.py).
+
+These call the worker function directly, in this process's main thread (math-verify's
+timeouts need it); tests/test_grading_pool.py covers the process pool.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from env_server.answers import last_boxed, normalize_answer
+from env_server.grading_worker import grade_answer
+
+POLICIES = [
+    # (gold, answer, correct) -- relative tolerance, not absolute rounding
+    (r"\frac{1}{2^{60}}", r"\frac{1}{2^{61}}", False),
+    (r"\frac{1}{2^{60}}", r"2^{-60}", True),
+    (r"1-\frac{1}{\mathrm e}", r"1+\frac1{\mathrm e}", False),
+    (r"1-\frac{1}{e}", r"1-e^{-1}", True),
+    # decimals for exact answers: 6 significant figures
+    (r"\pi", "3.14159", True),
+    (r"\pi", "3.14", False),
+    (r"\frac{\sqrt3}{2}", "0.866025", True),
+    (r"\frac13", "0.333333", True),
+    (r"\frac13", "0.33", False),
+    ("0", "0.0", True),
+    ("0", "0.0000001", False),
+    ("2", "2.0", True),
+    # percent: interchangeable with its number, both ways
+    (r"28\%", "28", True),
+    (r"28\%", "0.28", True),
+    ("28", r"28\%", True),
+    ("28", "0.28", False),
+    # units stripped; degrees dropped without conversion
+    ("42", r"42\text{ cm}^2", True),
+    (r"90^\circ", "90", True),
+    (r"90^\circ", r"\frac{\pi}{2}", False),
+    (r"18", r"\$18", True),
+    # unreduced fractions accepted
+    (r"\frac12", r"\frac{2}{4}", True),
+    (r"\frac12", "0.5", True),
+    # tuples ordered, sets not; a bare list is a set
+    ("(1,2)", "(2,1)", False),
+    (r"\left( 3, \frac{\pi}{2} \right)", r"(3,\frac{\pi}{2})", True),
+    (r"\{1,2\}", r"\{2,1\}", True),
+    ("-2, 3", "3, -2", True),
+    # text answers: case-insensitive
+    (r"\text{Monday}", r"\text{monday}", True),
+    (r"\text{(C)}", "C", True),
+    # equations and expressions
+    ("5", "x=5", True),
+    ("x^2+1", "1+x^2", True),
+    (r"\sqrt{8}", r"2\sqrt{2}", True),
+    ("1000", "1,000", True),
+    (r"(-\infty,3]", r"(-\infty,3)", False),
+]
+
+
+@pytest.mark.parametrize(("gold", "answer", "correct"), POLICIES)
+def test_policy(gold: str, answer: str, correct: bool) -> None:
+    assert grade_answer(gold, answer) == (correct, None)
+
+
+def test_unparseable_answer_is_marked() -> None:
+    assert grade_answer("3", "}{") == (False, "unparseable_answer")
+
+
+@pytest.mark.parametrize("tower", [r"9^{9^{9^9}}", r"(10^{10})!", r"10^{10^{10^{10}}}"])
+def test_exponent_towers_hit_the_soft_timeout(tower: str) -> None:
+    assert grade_answer("2", tower, timeout_s=1) == (False, "grading_timeout")
+
+
+INJECTIONS = [
+    "__import__('os').system('touch {path}')",
+    "__import__(\"os\").system(\"touch {path}\")",
+    "().__class__.__bases__[0].__subclasses__()",
+    "(lambda: __import__('os').system('touch {path}'))()",
+    r"\text{__import__('os').system('touch {path}')}",
+    "exec(\"open('{path}','w')\")",
+    r"eval('open(\'{path}\',\'w\')')",
+]
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_injection_payloads_never_execute(payload: str, tmp_path) -> None:
+    target = tmp_path / "pwned"
+    answer = payload.replace("{path}", str(target))
+    for gold in ("1", r"\frac{1}{2}", "x+1"):
+        correct, _ = grade_answer(gold, answer, timeout_s=1)
+        assert correct is False
+    assert not target.exists()
+
+
+def _math500(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_math500_reference_solutions_are_all_correct(math500_path) -> None:
+    rows = _math500(math500_path)
+    assert len(rows) == 500
+    wrong = [r["unique_id"] for r in rows if grade_answer(r["answer"], last_boxed(r["solution"]) or "") != (True, None)]
+    assert wrong == []
+
+
+def test_math500_mismatched_pairs_are_all_incorrect(math500_path) -> None:
+    rows = _math500(math500_path)
+    rng = random.Random(0)
+    pairs = []
+    while len(pairs) < 500:
+        gold_row, other = rng.choice(rows), rng.choice(rows)
+        answer = last_boxed(other["solution"]) or ""
+        # a mismatched pair: different answers, not mere respellings of one value (e.g. 5 vs x=5)
+        if normalize_answer(gold_row["answer"]).removeprefix("x=") == normalize_answer(other["answer"]).removeprefix("x="):
+            continue
+        pairs.append((gold_row["answer"], answer))
+    matched = [(g, a) for g, a in pairs if grade_answer(g, a)[0]]
+    assert matched == []
