@@ -1,0 +1,247 @@
+"""The debate episode: a pure state machine (no I/O, no asyncio, no grading).
+
+Turn order: solver -> verifier -> (solver revises -> verifier)* -> judge -> done. A round is one
+solver turn and the verifier's review of it; the debate goes to the judge as soon as the
+verifier accepts (``VERDICT: CORRECT``) or after ``max_rounds`` rounds.
+
+Every observation is serialised once, when it is created, and kept: ``replay(t)`` returns the
+exact bytes that were sent for observation ``t`` (``state(t)``, RFC 0004).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from env_server import prompts
+from env_server.answers import last_boxed, normalize_answer, parse_verdict
+from env_server.errors import EpisodeDoneError, InvalidActionError, OutOfRangeError
+from env_server.markers import ErrorKind, Role, hint_key
+from env_server.models import DebateAction
+from env_server.problems.base import Problem
+
+__all__ = ["DebateEpisode", "TurnRecord"]
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    """One accepted turn, with what was read from it.
+
+    Attributes:
+        t: turn index (0-based); the action taken after observation ``t``.
+        role, round, content: who said what, in which round.
+        answer: solver/judge: content of the last ``\\boxed{}`` (``None`` if missing).
+        verdict: verifier: ``"CORRECT"``, ``"INCORRECT"`` or ``None`` (missing).
+        reviewed_t: verifier: index of the solver turn under review.
+        provisional_kind: marker known without grading (missing answer/verdict, repeated
+            rejected answer), else ``None``.
+    """
+
+    t: int
+    role: Role
+    round: int
+    content: str
+    answer: str | None = None
+    verdict: str | None = None
+    reviewed_t: int | None = None
+    provisional_kind: ErrorKind | None = None
+
+    @property
+    def needs_grade(self) -> bool:
+        """Whether this turn's answer goes to the grader (solver and judge turns)."""
+        return self.role is not Role.VERIFIER
+
+
+class DebateEpisode:
+    """One debate on one problem.
+
+    Args:
+        episode_id: the episode's id.
+        problem: the problem under debate.
+        max_rounds: solver/verifier rounds before the judge closes the debate (>= 1).
+        max_action_chars: longest accepted action content, characters.
+    """
+
+    __slots__ = (
+        "episode_id", "problem", "max_rounds", "max_action_chars", "turns", "role", "round",
+        "accepted", "_rejected", "_observations",
+    )
+
+    def __init__(self, episode_id: str, problem: Problem, max_rounds: int, max_action_chars: int) -> None:
+        if max_rounds < 1:
+            raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+        self.episode_id = episode_id
+        self.problem = problem
+        self.max_rounds = max_rounds
+        self.max_action_chars = max_action_chars
+        self.turns: list[TurnRecord] = []
+        self.role: Role | None = Role.SOLVER
+        self.round = 0
+        self.accepted = False
+        self._rejected: set[str] = set()
+        self._observations: list[bytes] = [self._serialize(None)]
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def done(self) -> bool:
+        return self.role is None
+
+    @property
+    def step_count(self) -> int:
+        return len(self.turns)
+
+    @property
+    def last_observation(self) -> bytes:
+        """The serialised payload of the current observation (what the last reset/step sent)."""
+        return self._observations[-1]
+
+    def replay(self, t: int) -> bytes:
+        """The exact payload bytes of observation ``t``, as sent when it was created.
+
+        Valid ``t`` are the observations at which a role acted or must act:
+        ``0 <= t <= step_count`` while the debate runs, ``0 <= t < step_count`` once done.
+
+        Raises:
+            OutOfRangeError: ``t`` outside that range.
+        """
+        limit = self.step_count - 1 if self.done else self.step_count
+        if not 0 <= t <= limit:
+            raise OutOfRangeError(f"t={t} is out of range: valid observations are 0..{limit}", t=t, max_t=limit)
+        return self._observations[t]
+
+    def state(self) -> dict[str, Any]:
+        """OpenEnv state (``episode_id``, ``step_count``) plus this environment's fields."""
+        return {
+            "episode_id": self.episode_id,
+            "step_count": self.step_count,
+            "problem_id": self.problem.problem_id,
+            "role": self.role.value if self.role else None,
+            "round": self.round,
+            "max_rounds": self.max_rounds,
+            "done": self.done,
+        }
+
+    # ------------------------------------------------------------------ acting
+
+    def step(self, action: DebateAction) -> TurnRecord:
+        """Apply the acting role's action.
+
+        Returns:
+            The accepted turn (its answer/verdict extracted, provisional marker set).
+
+        Raises:
+            EpisodeDoneError: the debate is over.
+            InvalidActionError: wrong role (``role_mismatch``), empty content
+                (``empty_response``) or content over ``max_action_chars`` (``too_long``).
+                The episode does not change.
+        """
+        role = self.role
+        if role is None:
+            raise EpisodeDoneError("the debate is over: reset to start a new episode")
+        if action.role is not role:
+            raise InvalidActionError(
+                f"it is the {role.value}'s turn, not the {action.role.value}'s", ErrorKind.ROLE_MISMATCH, role
+            )
+        content = action.content
+        if not content.strip():
+            raise InvalidActionError("empty content", ErrorKind.EMPTY_RESPONSE, role)
+        if len(content) > self.max_action_chars:
+            raise InvalidActionError(
+                f"content has {len(content)} characters, more than the limit of {self.max_action_chars}",
+                ErrorKind.TOO_LONG, role,
+            )
+        turn = TurnRecord(t=len(self.turns), role=role, round=self.round, content=content)
+        if role is Role.SOLVER:
+            self._solver_turn(turn)
+        elif role is Role.VERIFIER:
+            self._verifier_turn(turn)
+        else:
+            turn.answer = last_boxed(content)
+            if turn.answer is None:
+                turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
+            self.role = None
+        self.turns.append(turn)
+        self._observations.append(self._serialize(turn))
+        return turn
+
+    def _solver_turn(self, turn: TurnRecord) -> None:
+        turn.answer = last_boxed(turn.content)
+        if turn.answer is None:
+            turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
+        elif normalize_answer(turn.answer) in self._rejected:
+            turn.provisional_kind = ErrorKind.REPEATED_REJECTED_ANSWER
+        self.role = Role.VERIFIER
+
+    def _verifier_turn(self, turn: TurnRecord) -> None:
+        reviewed = self.turns[-1]
+        turn.reviewed_t = reviewed.t
+        turn.verdict = parse_verdict(turn.content)
+        if turn.verdict is None:
+            turn.provisional_kind = ErrorKind.MISSING_VERDICT
+        if turn.verdict == "CORRECT":
+            self.accepted = True
+            self.role = Role.JUDGE
+            return
+        if reviewed.answer is not None:
+            self._rejected.add(normalize_answer(reviewed.answer))
+        if self.round + 1 < self.max_rounds:
+            self.round += 1
+            self.role = Role.SOLVER
+        else:
+            self.role = Role.JUDGE
+
+    # ------------------------------------------------------------------ observations
+
+    def _messages(self) -> list[dict[str, str]]:
+        if self.role is None:
+            return []
+        problem = self.problem.problem
+        solver = [t.content for t in self.turns if t.role is Role.SOLVER]
+        reviews = [t.content for t in self.turns if t.role is Role.VERIFIER]
+        if self.role is Role.SOLVER:
+            return prompts.solver_messages(problem, solver, reviews)
+        if self.role is Role.VERIFIER:
+            return prompts.verifier_messages(problem, solver, reviews)
+        return prompts.judge_messages(problem, [(t.role, t.round, t.content) for t in self.turns])
+
+    def _serialize(self, turn: TurnRecord | None) -> bytes:
+        """Build and serialise the observation after ``turn`` (``None``: the reset one)."""
+        metadata: dict[str, Any] = {
+            "episode_id": self.episode_id,
+            "turn": None,
+            "role": None,
+            "error_kind": None,
+            "hint_template_key": None,
+            "grading": "none",
+        }
+        if turn is not None:
+            kind = turn.provisional_kind
+            metadata.update(
+                turn=turn.t,
+                role=turn.role.value,
+                error_kind=kind.value if kind else None,
+                hint_template_key=hint_key(turn.role, kind),
+                grading="pending",
+            )
+        payload = {
+            "observation": {
+                "episode_id": self.episode_id,
+                "problem_id": self.problem.problem_id,
+                "problem": self.problem.problem,
+                "role": self.role.value if self.role else None,
+                "t": len(self.turns),
+                "round": self.round,
+                "max_rounds": self.max_rounds,
+                "messages": self._messages(),
+                "transcript": [
+                    {"t": t.t, "role": t.role.value, "round": t.round, "content": t.content} for t in self.turns
+                ],
+            },
+            "reward": None,
+            "done": self.role is None,
+            "metadata": metadata,
+        }
+        return orjson.dumps(payload)
