@@ -316,8 +316,13 @@ class AttachData(BaseModel):
 
 
 class StateQuery(BaseModel):
+    """``state`` request: without ``t`` the current state; with ``t`` the replay of
+    observation ``t`` of the current episode, or of ``episode_id`` (an earlier, retained
+    episode of the same session)."""
+
     model_config = ConfigDict(extra="forbid")
     t: int | None = None
+    episode_id: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class RewardsQuery(BaseModel):
@@ -405,3 +410,41 @@ class ServerFrame(BaseModel):
     request_id: RequestId | None = None
     session_id: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- OpenEnv /ws frames
+
+
+class WSResetMessage(BaseModel):
+    """OpenEnv ``/ws`` reset: ``{"type": "reset", "data": {seed?, episode_id?, problem_id?, ...}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["reset"]
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class WSStepMessage(BaseModel):
+    """OpenEnv ``/ws`` step: ``{"type": "step", "data": <action>}`` (``data`` required)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["step"]
+    data: dict[str, Any]
+
+
+class WSStateMessage(BaseModel):
+    """OpenEnv ``/ws`` state: ``{"type": "state"}``; the optional ``data: {"t": ...}`` is this
+    server's ``state(t)`` extension (OpenEnv 0.3.0 itself rejects a ``data`` key)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["state"]
+    data: StateQuery | None = None
+
+
+class WSCloseMessage(BaseModel):
+    """OpenEnv ``/ws`` close: ``{"type": "close"}``; no reply, the socket closes with 1000."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["close"]
+
+
+OPENENV_MESSAGES = {"reset": WSResetMessage, "step": WSStepMessage, "state": WSStateMessage, "close": WSCloseMessage}

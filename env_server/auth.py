@@ -1,0 +1,24 @@
+"""Optional bearer-token auth (off unless a token is configured)."""
+
+from __future__ import annotations
+
+import hmac
+
+__all__ = ["token_ok", "extract_token"]
+
+
+def extract_token(authorization: str | None, query_token: str | None = None) -> str | None:
+    """The presented token: ``Authorization: Bearer <token>`` or, for WebSocket clients that
+    cannot set headers, the ``token`` query parameter."""
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value:
+            return value.strip()
+    return query_token or None
+
+
+def token_ok(expected: str | None, presented: str | None) -> bool:
+    """Whether a request may pass: always when auth is off, else a constant-time match."""
+    if not expected:
+        return True
+    return presented is not None and hmac.compare_digest(expected.encode(), presented.encode())

@@ -1,0 +1,61 @@
+"""Server configuration: one validated model, filled from the command line and environment."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, Field
+
+from env_server.grading import GradingConfig
+
+__all__ = ["ServerConfig", "AUTH_TOKEN_ENV"]
+
+#: Environment variable holding the bearer token; unset or empty = auth off.
+AUTH_TOKEN_ENV = "MATHDEBATE_AUTH_TOKEN"
+
+
+class ServerConfig(BaseModel):
+    """Everything ``mathdebate serve`` can set.
+
+    Attributes:
+        problems: JSONL path (MATH-500 or GSM8K format) or ``hf:<name>[:<split>]``; ``None``
+            serves the built-in generator.
+        max_rounds: default solver/verifier rounds before the judge (a reset may lower or
+            raise it up to 16).
+        max_action_chars: longest accepted action content (longer: ``too_long``).
+        max_sessions: sessions server-wide, all transports together.
+        max_sessions_per_connection: sessions one ``/ws/mux`` connection may hold.
+        max_frame_bytes: largest accepted WebSocket frame; larger frames get a
+            ``FRAME_TOO_LARGE`` error frame and the connection stays open.
+        resume_window_s: how long a ``/ws/mux`` session outlives a dropped connection.
+        idle_timeout_s: sessions without activity for this long are reaped (the owner gets a
+            ``session_closed`` push).
+        retention_s: how long graded reward records stay retrievable.
+        max_retained_episodes: cap on retained graded records (oldest dropped first).
+        terminal_reward_timeout_s: on the OpenEnv routes, how long the terminal step waits for
+            the episode's grade before answering with ``reward: null``.
+        shutdown_grace_s: on SIGTERM, how long in-flight grading may finish.
+        trajectory_log: JSONL file receiving one line per graded episode (all turns, rewards
+            and markers); ``None`` disables it.
+        auth_token: bearer token required on HTTP and WebSocket routes (``/health`` excepted);
+            defaults to ``$MATHDEBATE_AUTH_TOKEN``; ``None`` disables auth.
+        reap_interval_s: period of the reaper (resume windows, idle sessions, retention).
+        grading: the grading pool.
+    """
+
+    problems: str | None = None
+    max_rounds: int = Field(default=2, ge=1, le=16)
+    max_action_chars: int = Field(default=32_768, ge=1)
+    max_sessions: int = Field(default=20_000, ge=1)
+    max_sessions_per_connection: int = Field(default=10_000, ge=1)
+    max_frame_bytes: int = Field(default=1 << 20, ge=1024)
+    resume_window_s: float = Field(default=60.0, ge=0)
+    idle_timeout_s: float = Field(default=900.0, gt=0)
+    retention_s: float = Field(default=3600.0, gt=0)
+    max_retained_episodes: int = Field(default=200_000, ge=1)
+    terminal_reward_timeout_s: float = Field(default=120.0, gt=0)
+    shutdown_grace_s: float = Field(default=30.0, ge=0)
+    trajectory_log: str | None = None
+    auth_token: str | None = Field(default_factory=lambda: os.environ.get(AUTH_TOKEN_ENV) or None)
+    reap_interval_s: float = Field(default=5.0, gt=0)
+    grading: GradingConfig = Field(default_factory=GradingConfig)

@@ -1,0 +1,115 @@
+"""The episode store: every known episode by id, from reset through grading to expiry.
+
+Graded episodes stay for ``retention_s`` (and at most ``max_retained`` of them), so a client
+that disconnected can still pull its rewards and replay ``state(t)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from env_server.debate import DebateEpisode
+from env_server.errors import EpisodeIdInUseError, UnknownEpisodeError
+from env_server.grading import Grade
+from env_server.models import EpisodeRewards
+
+__all__ = ["EpisodeEntry", "EpisodeStore"]
+
+
+class EpisodeEntry:
+    """An episode and its grading state.
+
+    Attributes:
+        episode: the debate.
+        session_id: the session that plays it.
+        grades: turn index -> grading task/future of that turn's answer.
+        record: the rewards record once graded, else ``None``.
+        graded: resolved with the record when grading finishes.
+        graded_at: monotonic time of grading (0 while pending), for retention.
+    """
+
+    __slots__ = ("episode", "session_id", "grades", "record", "graded", "graded_at")
+
+    def __init__(self, episode: DebateEpisode, session_id: str | None) -> None:
+        self.episode = episode
+        self.session_id = session_id
+        self.grades: dict[int, asyncio.Future[Grade]] = {}
+        self.record: EpisodeRewards | None = None
+        self.graded: asyncio.Future[EpisodeRewards] = asyncio.get_running_loop().create_future()
+        self.graded_at = 0.0
+
+    @property
+    def episode_id(self) -> str:
+        return self.episode.episode_id
+
+
+class EpisodeStore:
+    """Episodes by id, with retention of graded ones.
+
+    Args:
+        retention_s: seconds a graded episode stays.
+        max_retained: most graded episodes kept; the oldest go first.
+    """
+
+    def __init__(self, retention_s: float, max_retained: int) -> None:
+        self.retention_s = retention_s
+        self.max_retained = max_retained
+        self._entries: dict[str, EpisodeEntry] = {}
+        self._graded: deque[tuple[float, str]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, episode_id: str) -> bool:
+        return episode_id in self._entries
+
+    def add(self, entry: EpisodeEntry) -> None:
+        """Register a new episode.
+
+        Raises:
+            EpisodeIdInUseError: an episode with this id is live or retained.
+        """
+        if entry.episode_id in self._entries:
+            raise EpisodeIdInUseError(f"episode_id {entry.episode_id!r} is already in use", episode_id=entry.episode_id)
+        self._entries[entry.episode_id] = entry
+
+    def get(self, episode_id: str) -> EpisodeEntry:
+        """The entry of ``episode_id``.
+
+        Raises:
+            UnknownEpisodeError: never existed, abandoned, or past retention.
+        """
+        entry = self._entries.get(episode_id)
+        if entry is None:
+            raise UnknownEpisodeError(
+                f"unknown episode {episode_id!r} (never started, abandoned unfinished, or past retention)",
+                episode_id=episode_id,
+            )
+        return entry
+
+    def mark_graded(self, entry: EpisodeEntry, now: float) -> None:
+        """Start the retention clock of a graded episode."""
+        entry.graded_at = now
+        self._graded.append((now, entry.episode_id))
+        while len(self._graded) > self.max_retained:
+            self._drop_graded(self._graded.popleft()[1])
+
+    def discard(self, episode_id: str) -> None:
+        """Forget an unfinished episode (its session went away before the debate ended)."""
+        entry = self._entries.get(episode_id)
+        if entry is not None and not entry.episode.done:
+            del self._entries[episode_id]
+
+    def purge(self, now: float) -> int:
+        """Drop graded episodes past retention; returns how many were dropped."""
+        dropped = 0
+        while self._graded and now - self._graded[0][0] > self.retention_s:
+            self._drop_graded(self._graded.popleft()[1])
+            dropped += 1
+        return dropped
+
+    def _drop_graded(self, episode_id: str) -> None:
+        entry = self._entries.get(episode_id)
+        if entry is not None and entry.record is not None:
+            del self._entries[episode_id]

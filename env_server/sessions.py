@@ -1,0 +1,178 @@
+"""Sessions: ids, resume tokens, ownership by connection, limits, resume windows, idle reaping.
+
+A session is a slot that plays successive episodes (each ``reset`` starts one). Kinds:
+
+- ``mux``: opened on ``/ws/mux``; survives a dropped connection for ``resume_window_s`` and
+  can be re-attached from another connection with its resume token;
+- ``ws``: the one session of an OpenEnv ``/ws`` connection; dies with the connection;
+- ``http``: created by ``POST /reset``; reaped when idle.
+
+A connection can only touch sessions it opened or re-attached.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+import uuid
+from typing import Literal, Protocol
+
+from env_server.episodes import EpisodeEntry
+from env_server.errors import CapacityError, ResumeDeniedError, UnknownSessionError
+
+__all__ = ["Connection", "Session", "SessionRegistry", "SessionKind"]
+
+SessionKind = Literal["mux", "ws", "http"]
+
+
+class Connection(Protocol):
+    """What the registry needs from a connection that owns sessions."""
+
+    connection_id: str
+    session_ids: set[str]
+
+    def push(self, frame: bytes) -> bool:
+        """Queue a server-initiated frame; False if it could not be queued."""
+
+
+class Session:
+    """One session. ``entry`` is the current (or last) episode, ``None`` before the first reset."""
+
+    __slots__ = ("session_id", "resume_token", "kind", "owner", "entry", "created_at", "last_active", "detached_at")
+
+    def __init__(self, kind: SessionKind, owner: Connection | None) -> None:
+        self.session_id = uuid.uuid4().hex
+        self.resume_token = secrets.token_urlsafe(24) if kind == "mux" else ""
+        self.kind: SessionKind = kind
+        self.owner = owner
+        self.entry: EpisodeEntry | None = None
+        self.created_at = self.last_active = time.monotonic()
+        self.detached_at: float | None = None
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+
+class SessionRegistry:
+    """All sessions of the server.
+
+    Args:
+        max_sessions: server-wide limit, all kinds together.
+        max_per_connection: limit per owning connection.
+        resume_window_s: how long a detached ``mux`` session waits for re-attachment.
+        idle_timeout_s: inactivity after which any session is reaped.
+    """
+
+    def __init__(self, max_sessions: int, max_per_connection: int, resume_window_s: float, idle_timeout_s: float) -> None:
+        self.max_sessions = max_sessions
+        self.max_per_connection = max_per_connection
+        self.resume_window_s = resume_window_s
+        self.idle_timeout_s = idle_timeout_s
+        self._sessions: dict[str, Session] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self):
+        return iter(list(self._sessions.values()))
+
+    def open(self, kind: SessionKind, owner: Connection | None = None) -> Session:
+        """Create a session owned by ``owner``.
+
+        Raises:
+            CapacityError: the server-wide or the per-connection limit is reached.
+        """
+        if len(self._sessions) >= self.max_sessions:
+            raise CapacityError(
+                f"Server at capacity: {len(self._sessions)}/{self.max_sessions} sessions active.",
+                active_sessions=len(self._sessions), max_sessions=self.max_sessions, scope="server",
+            )
+        if owner is not None and len(owner.session_ids) >= self.max_per_connection:
+            raise CapacityError(
+                f"Connection at capacity: {len(owner.session_ids)}/{self.max_per_connection} sessions.",
+                active_sessions=len(owner.session_ids), max_sessions=self.max_per_connection, scope="connection",
+            )
+        session = Session(kind, owner)
+        self._sessions[session.session_id] = session
+        if owner is not None:
+            owner.session_ids.add(session.session_id)
+        return session
+
+    def get(self, session_id: str, owner: Connection | None = None) -> Session:
+        """The session ``session_id`` as seen by ``owner``.
+
+        Raises:
+            UnknownSessionError: no such session, or it is not attached to ``owner``.
+        """
+        session = self._sessions.get(session_id)
+        if session is None or (owner is not None and session.owner is not owner):
+            raise UnknownSessionError(
+                f"no session {session_id!r} on this connection (open one, or re-attach with its resume token)",
+                session_id=session_id,
+            )
+        return session
+
+    def attach(self, session_id: str, resume_token: str, owner: Connection) -> Session:
+        """Re-attach a ``mux`` session to ``owner`` (taking it from any previous connection).
+
+        Raises:
+            UnknownSessionError: no such session (never opened, closed, or past its window).
+            ResumeDeniedError: wrong token or not a resumable session.
+            CapacityError: ``owner`` already holds ``max_per_connection`` sessions.
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise UnknownSessionError(f"no session {session_id!r} (closed or past its resume window)", session_id=session_id)
+        if session.kind != "mux" or not hmac.compare_digest(session.resume_token.encode(), resume_token.encode()):
+            raise ResumeDeniedError(f"resume token does not match session {session_id!r}", session_id=session_id)
+        if session.owner is owner:
+            return session
+        if len(owner.session_ids) >= self.max_per_connection:
+            raise CapacityError(
+                f"Connection at capacity: {len(owner.session_ids)}/{self.max_per_connection} sessions.",
+                active_sessions=len(owner.session_ids), max_sessions=self.max_per_connection, scope="connection",
+            )
+        if session.owner is not None:
+            session.owner.session_ids.discard(session_id)
+        session.owner = owner
+        session.detached_at = None
+        owner.session_ids.add(session_id)
+        session.touch()
+        return session
+
+    def detach(self, owner: Connection) -> list[Session]:
+        """The connection ``owner`` is gone: its ``mux`` sessions wait for re-attachment, the
+        rest are removed. Returns the removed sessions (the caller abandons their episodes)."""
+        removed = []
+        now = time.monotonic()
+        for session_id in list(owner.session_ids):
+            session = self._sessions.get(session_id)
+            if session is None or session.owner is not owner:
+                continue
+            session.owner = None
+            if session.kind == "mux" and self.resume_window_s > 0:
+                session.detached_at = now
+            else:
+                removed.append(self.remove(session_id))
+        owner.session_ids.clear()
+        return removed
+
+    def remove(self, session_id: str) -> Session:
+        """Remove a session (close, expiry). Raises KeyError if absent."""
+        session = self._sessions.pop(session_id)
+        if session.owner is not None:
+            session.owner.session_ids.discard(session_id)
+        return session
+
+    def expired(self, now: float | None = None) -> list[tuple[Session, str]]:
+        """Remove and return sessions past their resume window or idle timeout, each with the
+        reason (``"resume_window_expired"`` or ``"idle_timeout"``)."""
+        now = time.monotonic() if now is None else now
+        out = []
+        for session in list(self._sessions.values()):
+            if session.detached_at is not None and now - session.detached_at > self.resume_window_s:
+                out.append((self.remove(session.session_id), "resume_window_expired"))
+            elif now - session.last_active > self.idle_timeout_s:
+                out.append((self.remove(session.session_id), "idle_timeout"))
+        return out
