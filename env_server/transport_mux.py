@@ -1,0 +1,242 @@
+"""``/ws/mux``: many sessions multiplexed over one WebSocket (RFC 0001).
+
+Every client frame carries a ``request_id`` (echoed in the reply) and, after ``open``, a
+``session_id``. Replies can come out of order (a ``rewards`` request with ``wait`` answers when
+grading finishes; everything else answers at once). Graded rewards are pushed as ``rewards``
+frames with ``request_id: null``. A malformed frame gets an error frame; the connection and
+every other session keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from env_server.errors import DebateError
+from env_server.frames import encode_frame, replay_body
+from env_server.models import (
+    CLIENT_FRAME_TYPES,
+    AttachFrame,
+    ClientFrame,
+    CloseFrame,
+    ErrorCode,
+    OpenFrame,
+    PingFrame,
+    ResetFrame,
+    RewardsFrame,
+    StateFrame,
+    StepFrame,
+)
+from env_server.service import DebateService
+
+__all__ = ["MuxConnection", "error_frame", "validation_errors"]
+
+log = logging.getLogger(__name__)
+
+_FRAMES: TypeAdapter[Any] = TypeAdapter(ClientFrame)
+#: Frames waiting to be written per connection; replies wait for room (backpressure on a
+#: client that does not read), pushes are dropped when full (records stay pullable).
+MAX_PENDING_FRAMES = 4096
+
+
+def error_frame(code: ErrorCode, message: str, request_id: Any = None, session_id: str | None = None, **extra: Any) -> bytes:
+    """An error frame ``{"type": "error", "request_id", "session_id", "data": {code, message, ...}}``."""
+    return encode_frame("error", request_id, session_id, {"code": code.value, "message": message, **extra})
+
+
+def validation_errors(exc: ValidationError) -> list[dict[str, Any]]:
+    """pydantic errors without the offending input (which may be huge or hostile)."""
+    return exc.errors(include_url=False, include_input=False, include_context=False)
+
+
+def frame_too_large(raw: str | bytes, limit: int) -> bool:
+    """Whether a received frame exceeds ``limit`` bytes (UTF-8 size for text frames)."""
+    if isinstance(raw, bytes):
+        return len(raw) > limit
+    if len(raw) > limit:
+        return True
+    return len(raw) * 4 > limit and len(raw.encode()) > limit
+
+
+class MuxConnection:
+    """One ``/ws/mux`` connection.
+
+    Args:
+        websocket: an accepted WebSocket.
+        service: the debate service.
+    """
+
+    def __init__(self, websocket: WebSocket, service: DebateService) -> None:
+        self.websocket = websocket
+        self.service = service
+        self.connection_id = uuid.uuid4().hex
+        self.session_ids: set[str] = set()
+        self._out: asyncio.Queue[bytes] = asyncio.Queue(MAX_PENDING_FRAMES)
+        self._waits: set[asyncio.Task[None]] = set()
+        self._after_reply: bytes | None = None  # a push that must follow the current reply
+        self._handlers = {
+            "open": self._open, "attach": self._attach, "reset": self._reset, "step": self._step,
+            "state": self._state, "rewards": self._rewards, "close": self._close, "ping": self._ping,
+        }
+
+    # ------------------------------------------------------------------ plumbing
+
+    def push(self, frame: bytes) -> bool:
+        """Queue a server-initiated frame; False when the outbound queue is full."""
+        try:
+            self._out.put_nowait(frame)
+            return True
+        except asyncio.QueueFull:
+            return False
+
+    async def run(self) -> None:
+        """Serve the connection until it closes; then detach its sessions."""
+        writer = asyncio.create_task(self._write_loop())
+        try:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+                raw = message.get("text")
+                if raw is None:
+                    raw = message.get("bytes") or b""
+                await self._handle(raw)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            for task in self._waits:
+                task.cancel()
+            for session in self.service.sessions.detach(self):
+                self.service.close_session(session)
+            writer.cancel()
+
+    async def _write_loop(self) -> None:
+        send = self.websocket.send
+        try:
+            while True:
+                frame = await self._out.get()
+                await send({"type": "websocket.send", "text": frame.decode()})
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            pass  # the receive loop sees the disconnect and cleans up
+
+    async def _reply(self, frame: bytes) -> None:
+        await self._out.put(frame)
+
+    async def _handle(self, raw: str | bytes) -> None:
+        if frame_too_large(raw, self.service.config.max_frame_bytes):
+            size = len(raw) if isinstance(raw, bytes) else len(raw.encode())
+            await self._reply(error_frame(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame of {size} bytes exceeds the limit of {self.service.config.max_frame_bytes} bytes",
+                limit=self.service.config.max_frame_bytes,
+            ))
+            return
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            await self._reply(error_frame(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}"))
+            return
+        if not isinstance(obj, dict):
+            await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, "a frame must be a JSON object"))
+            return
+        request_id = obj.get("request_id") if isinstance(obj.get("request_id"), (str, int)) else None
+        session_id = obj.get("session_id") if isinstance(obj.get("session_id"), str) else None
+        frame_type = obj.get("type")
+        if frame_type not in CLIENT_FRAME_TYPES:
+            await self._reply(error_frame(
+                ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {frame_type!r} (expected one of {', '.join(CLIENT_FRAME_TYPES)})",
+                request_id, session_id,
+            ))
+            return
+        try:
+            frame = _FRAMES.validate_python(obj)
+        except ValidationError as exc:
+            await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, "Invalid message", request_id, session_id,
+                                          errors=validation_errors(exc)))
+            return
+        try:
+            reply = self._handlers[frame_type](frame)
+        except DebateError as exc:
+            reply = encode_frame("error", request_id, session_id, exc.to_data())
+        except Exception as exc:  # a bug must not take the connection down
+            log.exception("mux handler failed on a %s frame", frame_type)
+            reply = error_frame(ErrorCode.EXECUTION_ERROR, f"internal error: {type(exc).__name__}", request_id, session_id)
+        if reply is not None:
+            await self._reply(reply)
+        if self._after_reply is not None:
+            follow, self._after_reply = self._after_reply, None
+            await self._reply(follow)
+
+    # ------------------------------------------------------------------ handlers
+    # Each returns the reply frame, or None when it answers later (rewards with wait).
+
+    def _open(self, frame: OpenFrame) -> bytes:
+        session = self.service.sessions.open("mux", self)
+        return encode_frame("opened", frame.request_id, session.session_id, {
+            "session_id": session.session_id,
+            "resume_token": session.resume_token,
+            "resume_window_s": self.service.config.resume_window_s,
+        })
+
+    def _attach(self, frame: AttachFrame) -> bytes:
+        session = self.service.sessions.attach(frame.session_id, frame.data.resume_token, self)
+        reply = encode_frame("attached", frame.request_id, session.session_id, {
+            "session_id": session.session_id,
+            "state": self.service.state_data(session.entry),
+        })
+        if session.entry is not None and session.entry.record is not None:
+            # The push may have gone to the dropped connection: send the record again (clients
+            # de-duplicate by episode_id). It follows the "attached" reply.
+            self._after_reply = self.service.rewards_frame(session, session.entry)
+        return reply
+
+    def _reset(self, frame: ResetFrame) -> bytes:
+        session = self.service.sessions.get(frame.session_id, self)
+        entry = self.service.reset(session, frame.data)
+        return encode_frame("observation", frame.request_id, session.session_id, raw_data=entry.episode.last_observation)
+
+    def _step(self, frame: StepFrame) -> bytes:
+        session = self.service.sessions.get(frame.session_id, self)
+        self.service.step(session, frame.data)
+        return encode_frame("observation", frame.request_id, session.session_id,
+                            raw_data=self.service.current(session).episode.last_observation)
+
+    def _state(self, frame: StateFrame) -> bytes:
+        session = self.service.sessions.get(frame.session_id, self)
+        session.touch()
+        if frame.data.t is None:
+            return encode_frame("state", frame.request_id, session.session_id, self.service.state_data(session.entry))
+        entry = self.service.entry_for(session, frame.data.episode_id)
+        body = replay_body(frame.data.t, entry.episode_id, entry.episode.replay(frame.data.t))
+        return encode_frame("replay", frame.request_id, session.session_id, raw_data=body)
+
+    def _rewards(self, frame: RewardsFrame) -> bytes | None:
+        session = self.service.sessions.get(frame.session_id, self)
+        session.touch()
+        entry = self.service.entry_for(session, frame.data.episode_id)
+        if entry.record is not None or not frame.data.wait:
+            return self.service.rewards_frame(session, entry, frame.request_id)
+
+        async def answer_when_graded() -> None:
+            await self.service.wait_graded(entry, frame.data.timeout_s)
+            await self._reply(self.service.rewards_frame(session, entry, frame.request_id))
+
+        task = asyncio.create_task(answer_when_graded())
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
+        return None
+
+    def _close(self, frame: CloseFrame) -> bytes:
+        session = self.service.sessions.get(frame.session_id, self)
+        self.service.close_session(session)
+        return encode_frame("closed", frame.request_id, session.session_id, {"session_id": session.session_id})
+
+    def _ping(self, frame: PingFrame) -> bytes:
+        return encode_frame("pong", frame.request_id, None, {"time": time.time()})
