@@ -1,0 +1,240 @@
+"""The ``mathdebate`` command line.
+
+- ``mathdebate serve``: run the environment server.
+- ``mathdebate play``: drive scripted debates against a server and print a report.
+- ``mathdebate demo``: start a server, play against it, stop it (the README's main job).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+
+from env_server.config import AUTH_TOKEN_ENV, ServerConfig
+from env_server.grading import GradingConfig
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_serve_args(parser: argparse.ArgumentParser) -> None:
+    defaults = ServerConfig.model_construct()
+    grading = GradingConfig.model_construct()
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in containers)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--problems", default=None,
+                        help="JSONL in MATH-500 or GSM8K format, or hf:<dataset>[:<split>]; default: built-in generator")
+    parser.add_argument("--max-rounds", type=int, default=defaults.max_rounds)
+    parser.add_argument("--max-action-chars", type=int, default=defaults.max_action_chars)
+    parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
+    parser.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions_per_connection)
+    parser.add_argument("--max-frame-bytes", type=int, default=defaults.max_frame_bytes)
+    parser.add_argument("--resume-window", type=float, default=defaults.resume_window_s, help="seconds")
+    parser.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout_s, help="seconds")
+    parser.add_argument("--retention", type=float, default=defaults.retention_s, help="seconds graded episodes are kept")
+    parser.add_argument("--max-retained-episodes", type=int, default=defaults.max_retained_episodes)
+    parser.add_argument("--reap-interval", type=float, default=defaults.reap_interval_s,
+                        help="seconds between expiry sweeps (resume windows, idle sessions, retention)")
+    parser.add_argument("--shutdown-grace", type=float, default=defaults.shutdown_grace_s, help="seconds")
+    parser.add_argument("--trajectory-log", default=None, help="JSONL file: one line per graded episode")
+    parser.add_argument("--grading-workers", type=int, default=None, help="default: CPU count")
+    parser.add_argument("--grading-timeout", type=float, default=grading.hard_timeout_s, help="hard kill, seconds")
+    parser.add_argument("--log-level", default="info")
+
+
+def _serve_config(args: argparse.Namespace) -> ServerConfig:
+    grading = {"hard_timeout_s": args.grading_timeout}
+    if args.grading_workers is not None:
+        grading["workers"] = args.grading_workers
+    return ServerConfig(
+        problems=args.problems,
+        max_rounds=args.max_rounds,
+        max_action_chars=args.max_action_chars,
+        max_sessions=args.max_sessions,
+        max_sessions_per_connection=args.max_sessions_per_connection,
+        max_frame_bytes=args.max_frame_bytes,
+        resume_window_s=args.resume_window,
+        idle_timeout_s=args.idle_timeout,
+        retention_s=args.retention,
+        max_retained_episodes=args.max_retained_episodes,
+        shutdown_grace_s=args.shutdown_grace,
+        reap_interval_s=args.reap_interval,
+        trajectory_log=args.trajectory_log,
+        grading=GradingConfig(**grading),
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the server until SIGINT/SIGTERM (graceful: in-flight grading may finish)."""
+    import uvicorn
+
+    from env_server.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = _serve_config(args)
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        # Larger than our own frame limit, so an oversize frame gets a FRAME_TOO_LARGE error
+        # frame from us instead of a protocol-level close.
+        ws_max_size=max(16 << 20, 4 * config.max_frame_bytes),
+        ws_ping_interval=20,
+        ws_ping_timeout=60,
+        timeout_graceful_shutdown=max(1, int(config.shutdown_grace_s)),
+    )
+    return 0
+
+
+def _add_play_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=32, help="debates in flight at once")
+    parser.add_argument("--connections", type=int, default=1, help="WebSocket connections to spread sessions over")
+    parser.add_argument("--policy", choices=["reference", "noisy"], default="noisy")
+    parser.add_argument("--p", type=float, default=0.3, help="error probability of the noisy policy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-rounds", type=int, default=None)
+    parser.add_argument("--problems", default=None, help="the same problem source the server serves")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON line at the end")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def _print_report(report, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    summary = report.summary()
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [
+        ("episodes graded", f"{summary['episodes']}"),
+        ("episodes failed", f"{summary['failed']}"),
+        ("accuracy (episode reward)", f"{summary['accuracy']:.3f}"),
+        ("first-answer accuracy", f"{summary['first_answer_accuracy']:.3f}"),
+        ("judge accuracy", "n/a" if summary["judge_accuracy"] is None else f"{summary['judge_accuracy']:.3f}"),
+    ]
+    rows += [(f"mean reward: {role}", "n/a" if summary[f"reward/{role}"] is None else f"{summary[f'reward/{role}']:.3f}")
+             for role in ("solver", "verifier", "judge")]
+    rows += [(f"error kind: {kind}", str(n)) for kind, n in sorted(report.error_kinds.items())]
+    rows += [
+        ("steps/s", f"{summary['steps_per_s']:.1f}"),
+        ("step latency p50 / p99 (ms)", f"{summary['step_p50_ms']:.2f} / {summary['step_p99_ms']:.2f}"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    """Play scripted debates against ``--url`` and print the report."""
+    from env_server.play import play
+    from env_server.problems import load_problem_source
+
+    problems = load_problem_source(args.problems)
+    report = asyncio.run(play(
+        args.url, problems, args.episodes, args.concurrency, args.policy, args.p, args.seed, args.connections,
+        token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
+    ))
+    _print_report(report, f"mathdebate play: {args.policy} policy on {problems.name}")
+    if args.json:
+        print(json.dumps(report.summary()))
+    return 0 if report.failed == 0 else 1
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout_s: float = 60.0, process: subprocess.Popen | None = None) -> None:
+    """Poll ``url``/health until it answers 200.
+
+    Raises:
+        RuntimeError: the server process exited, or it did not become healthy in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited with code {process.returncode} before becoming healthy")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server at {url} was not healthy after {timeout_s:.0f}s")
+
+
+@contextlib.contextmanager
+def running_server(extra_args: Sequence[str] = (), port: int | None = None,
+                   env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start ``mathdebate serve`` in a subprocess; yield its URL; stop it with SIGTERM.
+
+    Args:
+        extra_args: more ``serve`` arguments.
+        port: the port (default: a free one).
+        env: extra environment variables for the server (e.g. the auth token).
+    """
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--log-level", "warning", *extra_args]
+    process = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, process=process)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Start a server on a free port, play scripted debates against it, stop it."""
+    serve_args = ["--problems", args.problems] if args.problems else []
+    with running_server(serve_args) as url:
+        print(f"env server up at {url}; playing {args.episodes} debates ({args.policy} policy)", flush=True)
+        args.url = url
+        return cmd_play(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mathdebate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the environment server")
+    _add_serve_args(serve)
+    serve.set_defaults(func=cmd_serve)
+    play = sub.add_parser("play", help="drive scripted debates over /ws/mux and print a report")
+    play.add_argument("--url", default="http://127.0.0.1:8000")
+    _add_play_args(play)
+    play.set_defaults(func=cmd_play)
+    demo = sub.add_parser("demo", help="start a server, play scripted debates against it, stop it")
+    _add_play_args(demo)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
