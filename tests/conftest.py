@@ -25,3 +25,25 @@ def gsm8k_path() -> Path:
     if not GSM8K.exists():
         pytest.fail(f"GSM8K not found at {GSM8K}: ../shared/data must sit beside the repo")
     return GSM8K
+
+
+# --------------------------------------------------------------------------- live servers
+
+from collections.abc import Iterator  # noqa: E402
+
+from env_server.cli import running_server  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """A real server (subprocess, real socket) on the built-in generator, default limits
+    except a short grading timeout so hostile answers resolve quickly."""
+    with running_server(["--grading-timeout", "2", "--grading-workers", "2"]) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def math500_server_url(math500_path) -> Iterator[str]:
+    """A real server serving MATH-500 from ../shared/data."""
+    with running_server(["--problems", str(math500_path), "--grading-workers", "2"]) as url:
+        yield url

@@ -1,0 +1,210 @@
+"""/ws/mux against a real server on a real socket: multiplexing, out-of-order replies, drop and
+re-attach, isolation, state(t) byte identity, errors that leave other sessions working."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import orjson
+import pytest
+import websockets
+
+from env_server.client import MuxClient, MuxError
+from env_server.models import EpisodeRewards, Role
+from env_server.problems import ProblemGenerator
+
+GENERATOR = ProblemGenerator()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def play_correct(session, seed: int) -> str:
+    """Play one debate where everyone is right; returns the episode id."""
+    problem = GENERATOR.by_seed(seed)
+    result = await session.reset(problem_id=problem.problem_id)
+    assert result.observation.role is Role.SOLVER
+    await session.step("solver", problem.solution)
+    await session.step("verifier", "Checked.\nVERDICT: CORRECT")
+    result = await session.step("judge", rf"Final: \boxed{{{problem.answer}}}")
+    assert result.done and result.reward is None  # rewards are delayed on /ws/mux
+    return result.observation.episode_id
+
+
+def test_hundred_sessions_on_one_connection_with_out_of_order_replies(server_url) -> None:
+    async def main() -> None:
+        async with MuxClient(server_url) as client:
+            sessions = [await client.open_session() for _ in range(100)]
+            # start one debate per session, all interleaved on the one connection
+            episode_ids = await asyncio.gather(*(play_correct(s, seed) for seed, s in enumerate(sessions)))
+            assert len(set(episode_ids)) == 100
+
+            # A rewards request with wait=true on a fresh, unfinished episode answers only when
+            # its grading ends; a ping sent after it is answered first: replies out of order.
+            laggard = sessions[0]
+            problem = GENERATOR.by_seed(1000)
+            await laggard.reset(problem_id=problem.problem_id)
+            waiting = asyncio.create_task(laggard.rewards(wait=True, timeout_s=30))
+            await asyncio.sleep(0.05)
+            await client.ping()
+            assert not waiting.done()
+            await laggard.step("solver", problem.solution)
+            await laggard.step("verifier", "VERDICT: CORRECT")
+            await laggard.step("judge", rf"\boxed{{{problem.answer}}}")
+            record = await waiting
+            assert record is not None and record.episode_reward == 1.0
+
+            records = await asyncio.gather(*(s.rewards(episode_id=e) for s, e in zip(sessions, episode_ids)))
+            assert all(isinstance(r, EpisodeRewards) and r.episode_reward == 1.0 for r in records)
+            assert {r.session_id for r in records} == {s.session_id for s in sessions}
+
+    run(main())
+
+
+def test_raw_out_of_order_replies_keep_their_request_ids(server_url) -> None:
+    """At the frame level: request 1 (rewards, wait) is answered after request 2 (ping)."""
+
+    async def main() -> None:
+        async with websockets.connect(server_url.replace("http", "ws") + "/ws/mux") as ws:
+            await ws.send(json.dumps({"type": "open", "request_id": "o"}))
+            opened = json.loads(await ws.recv())
+            sid = opened["session_id"]
+            await ws.send(json.dumps({"type": "reset", "request_id": "r", "session_id": sid, "data": {"seed": 5}}))
+            await ws.recv()
+            await ws.send(json.dumps({"type": "rewards", "request_id": 1, "session_id": sid,
+                                      "data": {"wait": True, "timeout_s": 1}}))
+            await ws.send(json.dumps({"type": "ping", "request_id": 2}))
+            first, second = json.loads(await ws.recv()), json.loads(await ws.recv())
+            assert (first["type"], first["request_id"]) == ("pong", 2)
+            assert (second["type"], second["request_id"], second["data"]["status"]) == ("rewards", 1, "pending")
+
+    run(main())
+
+
+def test_drop_and_reattach_delivers_rewards_graded_meanwhile(server_url) -> None:
+    async def main() -> None:
+        client = await MuxClient(server_url).connect()
+        session = await client.open_session()
+        problem = GENERATOR.by_seed(7)
+        await session.reset(problem_id=problem.problem_id)
+        await session.step("solver", rf"I am not sure: \boxed{{{problem.answer}}}")
+        await session.step("verifier", "VERDICT: CORRECT")
+        # the connection drops right after the last action, before the record is pushed
+        await client._ws.send(orjson.dumps({"type": "step", "request_id": 999, "session_id": session.session_id,
+                                            "data": {"role": "judge", "content": rf"\boxed{{{problem.answer}}}"}}).decode())
+        await client.drop()
+        await asyncio.sleep(1.0)  # graded while nobody is attached
+        await client.reconnect()
+        record = await asyncio.wait_for(_until_record(session), 10)
+        assert record.episode_id == session.episode_id and record.episode_reward == 1.0
+        # the session itself is intact after re-attachment
+        state = await session.state()
+        assert state["done"] and state["graded"] and state["episode_reward"] == 1.0
+        await client.close()
+
+    async def _until_record(session):
+        while not session._records:  # pushed on attach, no request needed
+            await asyncio.sleep(0.02)
+        return next(iter(session._records.values()))
+
+    run(main())
+
+
+def test_other_connection_cannot_touch_a_session_without_its_token(server_url) -> None:
+    async def main() -> None:
+        async with MuxClient(server_url) as owner, MuxClient(server_url) as intruder:
+            session = await owner.open_session()
+            await session.reset(seed=1)
+            for frame in ({"type": "step", "session_id": session.session_id, "data": {"role": "solver", "content": "x"}},
+                          {"type": "state", "session_id": session.session_id, "data": {}}):
+                with pytest.raises(MuxError) as info:
+                    await intruder._request(frame)
+                assert info.value.code == "UNKNOWN_SESSION"
+            with pytest.raises(MuxError) as info:
+                await intruder.attach(session.session_id, "not-the-token")
+            assert info.value.code == "RESUME_DENIED"
+            # the owner is unaffected
+            assert (await session.state())["step_count"] == 0
+            # with the token, the intruder takes the session over and the owner loses it
+            await intruder.attach(session.session_id, session.resume_token)
+            with pytest.raises(MuxError):
+                await session.state()
+
+    run(main())
+
+
+def test_state_t_replays_the_exact_bytes_sent(server_url) -> None:
+    async def main() -> None:
+        async with MuxClient(server_url) as client:
+            session = await client.open_session()
+            problem = GENERATOR.by_seed(11)
+            sent = [(await session.reset(problem_id=problem.problem_id)).raw]
+            sent.append((await session.step("solver", r"first try \boxed{0}")).raw)
+            sent.append((await session.step("verifier", "VERDICT: INCORRECT, recheck")).raw)
+            sent.append((await session.step("solver", problem.solution)).raw)
+            for t, raw in enumerate(sent):
+                replay = await session.state(t=t)
+                assert replay["observation_raw"] == raw
+                assert replay["observation"]["observation"]["t"] == t
+            with pytest.raises(MuxError) as info:
+                await session.state(t=len(sent))
+            assert info.value.code == "OUT_OF_RANGE"
+            with pytest.raises(MuxError) as info:
+                await session.state(t=-1)
+            assert info.value.code == "OUT_OF_RANGE"
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        ("{not json", "INVALID_JSON"),
+        (json.dumps({"type": "teleport", "request_id": 1}), "UNKNOWN_TYPE"),
+        (json.dumps({"type": "step", "request_id": 1}), "VALIDATION_ERROR"),
+        (json.dumps([1, 2, 3]), "VALIDATION_ERROR"),
+        ("x" * ((1 << 20) + 1), "FRAME_TOO_LARGE"),
+    ],
+)
+def test_malformed_frames_get_error_frames_and_others_keep_working(server_url, raw: str, code: str) -> None:
+    async def main() -> None:
+        async with MuxClient(server_url) as client:
+            bystander = await client.open_session()
+            problem = GENERATOR.by_seed(3)
+            await bystander.reset(problem_id=problem.problem_id)
+            async with websockets.connect(server_url.replace("http", "ws") + "/ws/mux", max_size=None) as ws:
+                await ws.send(raw)
+                reply = json.loads(await ws.recv())
+                assert reply["type"] == "error" and reply["data"]["code"] == code
+                await ws.send(json.dumps({"type": "ping", "request_id": "after"}))
+                assert json.loads(await ws.recv())["type"] == "pong"  # same connection still served
+            await bystander.step("solver", problem.solution)
+            await bystander.step("verifier", "VERDICT: CORRECT")
+            await bystander.step("judge", rf"\boxed{{{problem.answer}}}")
+            assert (await bystander.rewards()).episode_reward == 1.0
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("role", "content", "kind"),
+    [("verifier", "VERDICT: CORRECT", "role_mismatch"), ("solver", "   ", "empty_response"),
+     ("solver", "y" * 40_000, "too_long")],
+)
+def test_invalid_actions_are_typed_errors_and_the_episode_continues(server_url, role, content, kind) -> None:
+    async def main() -> None:
+        async with MuxClient(server_url) as client:
+            session = await client.open_session()
+            problem = GENERATOR.by_seed(21)
+            await session.reset(problem_id=problem.problem_id)
+            with pytest.raises(MuxError) as info:
+                await session.step(role, content)
+            assert info.value.code == "INVALID_ACTION"
+            assert info.value.data["error_kind"] == kind
+            assert info.value.data["hint_template_key"] == f"solver/{kind}"
+            result = await session.step("solver", problem.solution)  # nothing was consumed
+            assert result.observation.t == 1
+
+    run(main())

@@ -1,0 +1,267 @@
+"""Role-to-turn mapping: items from graded records, write-back, group normalisation, tensors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+
+from env_server.markers import ErrorKind, Role
+from env_server.models import CounterfactualFacts, EpisodeRewards, TurnReward
+from trainer_client.role_mapping import (
+    RoleSpan,
+    build_role_items,
+    group_normalize,
+    resolve_item_values,
+    shape_items,
+    token_tensors,
+    turn_values,
+)
+from trainer_client.shaping import get_strategy
+
+
+def make_record(
+    solver: Sequence[bool | None],
+    verdicts: Sequence[bool | None],
+    judge: bool | None,
+    episode_id: str = "ep",
+) -> EpisodeRewards:
+    """A graded debate as the server builds it (env_server/rewards.py semantics).
+
+    ``solver[k]``: correctness of the k-th solver answer (``None``: no boxed answer).
+    ``verdicts[k]``: the k-th verifier said CORRECT (True), INCORRECT (False) or nothing (None).
+    ``judge``: correctness of the judge's boxed answer (``None``: none boxed).
+    """
+    assert len(solver) == len(verdicts) >= 1
+    turns: list[TurnReward] = []
+    for answer_ok, verdict in zip(solver, verdicts, strict=True):
+        correct = bool(answer_ok)
+        kind = None if correct else (ErrorKind.MISSING_FINAL_ANSWER if answer_ok is None else ErrorKind.WRONG_ANSWER)
+        turns.append(TurnReward(t=len(turns), role=Role.SOLVER, reward=float(correct), error_kind=kind,
+                                correct=correct))
+        verdict_ok = verdict is not None and verdict == correct
+        vkind = (ErrorKind.MISSING_VERDICT if verdict is None else None if verdict_ok
+                 else ErrorKind.FALSE_ACCEPT if verdict else ErrorKind.FALSE_REJECT)
+        turns.append(TurnReward(t=len(turns), role=Role.VERIFIER, reward=float(verdict_ok), error_kind=vkind,
+                                correct=verdict_ok))
+    jkind = ErrorKind.MISSING_FINAL_ANSWER if judge is None else None if judge else ErrorKind.WRONG_ANSWER
+    turns.append(TurnReward(t=len(turns), role=Role.JUDGE, reward=0.0, error_kind=jkind, correct=judge))
+    solver_turns = [t for t in turns if t.role is Role.SOLVER]
+    verifier_turns = [t for t in turns if t.role is Role.VERIFIER]
+    last = bool(solver[-1])
+    final = last if judge is None else judge
+    facts = CounterfactualFacts(
+        first_answer_correct=bool(solver[0]),
+        last_solver_answer_correct=last,
+        final_answer_correct=final,
+        judge_correct=judge,
+        verifier_accepted=verdicts[-1] is True,
+        rounds=len(solver),
+        local_rewards={
+            Role.SOLVER: sum(t.reward for t in solver_turns) / len(solver_turns),
+            Role.VERIFIER: sum(t.reward for t in verifier_turns) / len(verifier_turns),
+            Role.JUDGE: float(bool(judge)),
+        },
+        rewards_without_role={Role.SOLVER: 0.0, Role.VERIFIER: float(bool(solver[0])), Role.JUDGE: float(last)},
+    )
+    return EpisodeRewards(episode_id=episode_id, problem_id="p", turns=turns, episode_reward=float(final),
+                          facts=facts, graded_at=0.0)
+
+
+# --------------------------------------------------------------------------- items
+
+
+def test_build_role_items_flattens_rollouts_by_role():
+    one_round = make_record([True], [True], True, "a")                      # S V J
+    three_rounds = make_record([False, False, True], [False, False, True], None, "b")  # (S V)x3 J
+    items = build_role_items([one_round, three_rounds], group_ids=[7, 7])
+    assert items.index == ((0, Role.SOLVER), (0, Role.VERIFIER), (0, Role.JUDGE),
+                           (1, Role.SOLVER), (1, Role.VERIFIER), (1, Role.JUDGE))
+    assert items.role_labels == ("solver", "verifier", "judge") * 2
+    assert items.rewards.dtype == np.float32
+    np.testing.assert_array_equal(items.rewards, [1, 1, 1, 1, 1, 1])
+    assert list(items.metadata["group_ids"]) == [7] * 6
+    assert items.metadata["facts"][3] is three_rounds.facts
+    assert items.metadata["turns"][4] is three_rounds.turns
+    assert items.turn_roles[1] == (Role.SOLVER, Role.VERIFIER) * 3 + (Role.JUDGE,)
+
+
+def test_build_role_items_role_subset_and_order():
+    items = build_role_items([make_record([False], [False], False)], [0], roles=["verifier", Role.SOLVER])
+    assert items.role_labels == ("verifier", "solver")
+    np.testing.assert_array_equal(items.rewards, [0, 0])
+
+
+def test_build_role_items_rejects_ungraded_and_bad_input():
+    rec = make_record([True], [True], True)
+    with pytest.raises(ValueError, match=r"rollouts \[1\] have no rewards record"):
+        build_role_items([rec, None], [0, 0])
+    with pytest.raises(ValueError, match="group ids"):
+        build_role_items([rec], [0, 1])
+    shuffled = rec.model_copy(update={"turns": list(reversed(rec.turns))})
+    with pytest.raises(ValueError, match="numbered"):
+        build_role_items([shuffled], [0])
+
+
+# --------------------------------------------------------------------------- write-back
+
+
+LABELS = ("solver", "verifier", "judge", "critic")
+
+
+def test_resolve_per_role_dict_missing_role_keeps_raw_and_judge_is_zero():
+    raw = np.array([1.0, 1.0, 1.0, 0.5], dtype=np.float32)
+    shaped = {"solver": np.array([10, 20, 30, 40.0]), Role.JUDGE: np.array([9, 9, 9, 9.0])}
+    out = resolve_item_values(shaped, raw, LABELS)
+    np.testing.assert_array_equal(out, [10, 1, 0, 0.5])   # verifier & critic: raw; judge: 0
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(raw, [1, 1, 1, 0.5])    # input untouched
+
+
+def test_resolve_global_array_indexed_directly():
+    raw = np.zeros(4, dtype=np.float64)
+    out = resolve_item_values(np.array([1, 2, 3, 4], dtype=np.float32), raw, LABELS)
+    np.testing.assert_array_equal(out, [1, 2, 0, 4])
+    assert out.dtype == np.float64
+
+
+def test_resolve_rejects_bad_shapes_and_non_finite():
+    raw = np.zeros(4, dtype=np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        resolve_item_values(np.zeros(3), raw, LABELS)
+    with pytest.raises(ValueError, match="shape"):
+        resolve_item_values({"solver": np.zeros(2)}, raw, LABELS)
+    with pytest.raises(ValueError, match="non-finite"):
+        resolve_item_values({"verifier": np.array([0, np.nan, 0, 0])}, raw, LABELS)
+
+
+def test_shape_items_runs_strategy_and_writes_back():
+    # verifier turned a wrong first answer into a right final one: difference reward 1 - 0
+    records = [make_record([False, True], [False, True], True), make_record([True], [False], False)]
+    items = build_role_items(records, [0, 0])
+    out = shape_items(get_strategy("difference_rewards"), items)
+    # items: (0,S) (0,V) (0,J) (1,S) (1,V) (1,J); G = 1, 1, 1, 0, 0, 0
+    np.testing.assert_array_equal(out, [1, 1, 0, 0, -1, 0])
+    assert out.dtype == np.float32
+
+
+# --------------------------------------------------------------------------- group normalisation
+
+
+def test_group_normalize_matches_trl_formula_per_role():
+    values = np.array([1, 0, 1, 1, 0.5, 0.5], dtype=np.float32)
+    labels = ["solver", "solver", "solver", "verifier", "verifier", "verifier"]
+    out = group_normalize(values, labels, [0] * 6)
+    solver = torch.tensor([1.0, 0.0, 1.0])
+    expected = (solver - solver.mean()) / (solver.std() + 1e-4)  # torch.std is Bessel-corrected, like TRL
+    np.testing.assert_allclose(out[:3], expected.numpy(), rtol=1e-6)
+    verifier = np.array([1, 0.5, 0.5])
+    np.testing.assert_allclose(out[3:], (verifier - verifier.mean()) / (verifier.std(ddof=1) + 1e-4), rtol=1e-6)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(group_normalize(values, labels, [0] * 6, scale=False)[:3], [1 / 3, -2 / 3, 1 / 3],
+                               rtol=1e-6)
+
+
+def test_group_normalize_separates_groups_and_zero_std_groups_get_zero():
+    values = np.array([1, 0, 1, 1, 1], dtype=np.float64)
+    out = group_normalize(values, ["solver"] * 5, [0, 0, 1, 1, 2])
+    np.testing.assert_allclose(out[:2], [0.5 / (np.sqrt(0.5) + 1e-4), -0.5 / (np.sqrt(0.5) + 1e-4)])
+    np.testing.assert_array_equal(out[2:], [0, 0, 0])  # zero-std group and a one-item group
+
+
+def test_judge_zero_never_enters_a_group_mean():
+    """The known pitfall: judge items (reward 0) must not pull the solver's group mean down."""
+    solver_only = group_normalize(np.array([1.0, 1.0, 0.0, 1.0]), ["solver"] * 4, [0] * 4)
+    with_judges = group_normalize(
+        np.array([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+        ["solver", "judge"] * 4, [0] * 8,
+    )
+    np.testing.assert_allclose(with_judges[0::2], solver_only)
+    np.testing.assert_array_equal(with_judges[1::2], 0.0)
+    # and the same through the whole path from records: judge items carry raw G=1 here
+    records = [make_record([True], [True], True), make_record([False], [False], False)]
+    items = build_role_items(records, [0, 0], roles=[Role.SOLVER, Role.JUDGE])
+    adv = group_normalize(shape_items(get_strategy("identity"), items), items.role_labels, items.metadata["group_ids"])
+    np.testing.assert_allclose(adv, [0.5 / (np.sqrt(0.5) + 1e-4), 0, -0.5 / (np.sqrt(0.5) + 1e-4), 0], rtol=1e-6)
+
+
+def test_group_normalize_rejects_length_mismatch():
+    with pytest.raises(ValueError):
+        group_normalize(np.zeros(3), ["solver"] * 2, [0] * 3)
+
+
+# --------------------------------------------------------------------------- per-turn values
+
+
+def test_turn_values_uniform_per_role_single_and_multi_round():
+    records = [make_record([True], [True], True), make_record([False, False, True], [False, False, True], True)]
+    items = build_role_items(records, [0, 0])
+    values = np.array([0.25, -0.5, 9.0, 0.75, 1.5, 9.0], dtype=np.float32)  # judge values must not leak
+    per_turn = turn_values(items, values)
+    np.testing.assert_array_equal(per_turn[0], [0.25, -0.5, 0.0])
+    np.testing.assert_array_equal(per_turn[1], [0.75, 1.5] * 3 + [0.0])
+    assert per_turn[1].dtype == np.float32
+
+
+def test_turn_values_judge_without_items_is_zero_other_roles_must_have_items():
+    rec = make_record([True], [False], True)
+    items = build_role_items([rec], [0], roles=[Role.SOLVER, Role.VERIFIER])
+    np.testing.assert_array_equal(turn_values(items, np.array([2.0, 3.0]))[0], [2, 3, 0])
+    solver_only = build_role_items([rec], [0], roles=[Role.SOLVER])
+    with pytest.raises(ValueError, match="no item for role 'verifier'"):
+        turn_values(solver_only, np.array([2.0]))
+    with pytest.raises(ValueError, match="shape"):
+        turn_values(items, np.array([2.0]))
+
+
+# --------------------------------------------------------------------------- token tensors
+
+
+def spans(*triples: tuple[int, str, int, int]) -> list[RoleSpan]:
+    return [RoleSpan(turn=t, role=r, start=s, end=e) for t, r, s, e in triples]
+
+
+def test_token_tensors_fill_spans_and_mask_judge_padding_and_gaps():
+    rows = [
+        spans((0, "solver", 0, 3), (1, "verifier", 4, 6), (2, "judge", 6, 8)),  # token 3 is a gap
+        spans((0, "solver", 0, 2), (1, "verifier", 2, 3), (2, "solver", 3, 5), (3, "verifier", 5, 6),
+              (4, "judge", 6, 7)),
+    ]
+    per_turn = [[0.5, -1.0, 7.0], np.array([2.0, 3.0, 2.0, 3.0, 7.0])]
+    values, mask = token_tensors(rows, per_turn, T=10)
+    assert values.dtype == torch.float32 and mask.dtype == torch.bool
+    assert values.shape == mask.shape == (2, 10)
+    torch.testing.assert_close(values[0], torch.tensor([0.5, 0.5, 0.5, 0, -1, -1, 0, 0, 0, 0]))
+    assert mask[0].tolist() == [True] * 3 + [False] + [True] * 2 + [False] * 4
+    torch.testing.assert_close(values[1], torch.tensor([2, 2, 3, 2, 2, 3, 0, 0, 0, 0.0]))
+    assert mask[1].tolist() == [True] * 6 + [False] * 4
+
+
+def test_token_tensors_validation():
+    with pytest.raises(ValueError, match="past T"):
+        token_tensors([spans((0, "solver", 0, 5))], [[1.0]], T=4)
+    with pytest.raises(ValueError, match="overlaps"):
+        token_tensors([spans((0, "solver", 0, 3), (1, "verifier", 2, 4))], [[1.0, 1.0]], T=4)
+    with pytest.raises(ValueError, match="no value"):
+        token_tensors([spans((1, "verifier", 0, 2))], [[1.0]], T=4)
+    with pytest.raises(ValueError, match="rows"):
+        token_tensors([spans((0, "solver", 0, 2))], [], T=4)
+
+
+def test_role_span_validation():
+    assert RoleSpan(turn=0, role="judge", start=1, end=1).role is Role.JUDGE
+    with pytest.raises(ValueError):
+        RoleSpan(turn=0, role="solver", start=3, end=2)
+    with pytest.raises(ValueError):
+        RoleSpan(turn=-1, role="solver", start=0, end=2)
+    with pytest.raises(ValueError):
+        RoleSpan(turn=0, role="critic", start=0, end=2)
+
+
+def test_role_mapping_imports_without_torch():
+    code = "import sys, trainer_client.role_mapping; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
