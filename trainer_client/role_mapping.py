@@ -1,0 +1,306 @@
+"""From graded episodes to the per-token tensors the loss consumes.
+
+One TRL rollout row is one whole debate in which the model plays every role; its completion
+holds several turns, each a token range (a :class:`RoleSpan`). The path is::
+
+    records --build_role_items--> items (one per (rollout, role))
+            --shape_items--------> per-item shaped rewards (N,)
+            --group_normalize----> per-item advantages (N,)          [optional, GRPO-style]
+            --turn_values--------> per-turn values, one array per rollout
+            --token_tensors------> values (B, T) float32, loss_mask (B, T) bool
+
+Every turn of role ``r`` in rollout ``k`` gets item ``(k, r)``'s value, so a role's value is
+uniform over its turns in single- and multi-round debates alike. Judge turns are excluded from
+the loss: judge items are set to 0, left out of every group statistic, and their tokens are
+masked out. ``N`` counts items and ``B`` rollouts (rows).
+
+Only :func:`token_tensors` needs torch, and imports it when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from env_server.markers import Role
+from env_server.models import EpisodeRewards
+from trainer_client.shaping.base import (
+    FACTS,
+    GROUP_IDS,
+    JUDGE,
+    TURNS,
+    RewardShapingStrategy,
+    ShapedRewards,
+    role_groups,
+    role_value,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "RoleSpan",
+    "RoleItems",
+    "build_role_items",
+    "resolve_item_values",
+    "shape_items",
+    "group_normalize",
+    "turn_values",
+    "token_tensors",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpan:
+    """The tokens of one turn in a completion: the range ``[start, end)``.
+
+    Attributes:
+        turn: the turn index ``t`` (``TurnReward.t``) in the rollout's debate.
+        role: who spoke (a :class:`Role` or its string value; stored as ``Role``).
+        start, end: token offsets in the completion, ``0 <= start <= end``.
+
+    Raises:
+        ValueError: negative ``turn`` or ``start``, ``end < start``, or an unknown role.
+    """
+
+    turn: int
+    role: Role
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "role", Role(self.role))
+        if self.turn < 0 or self.start < 0 or self.end < self.start:
+            raise ValueError(f"invalid span {self}: need turn >= 0 and 0 <= start <= end")
+
+
+@dataclass(frozen=True)
+class RoleItems:
+    """A shaping batch built from graded episodes (see :func:`build_role_items`).
+
+    Attributes:
+        rewards: ``(N,)`` float32, item ``i``'s episode reward ``G`` (raw correctness).
+        role_labels: length ``N``, item ``i``'s role value (``"solver"``, ...).
+        metadata: the per-item columns of the shaping contract, each of length ``N``:
+            ``"facts"`` (``CounterfactualFacts``), ``"group_ids"`` and ``"turns"`` (the
+            episode's ``TurnReward`` list).
+        index: length ``N``, item ``i``'s ``(rollout index, role)``.
+        turn_roles: per rollout, the role of each turn ``t``.
+    """
+
+    rewards: np.ndarray
+    role_labels: tuple[str, ...]
+    metadata: Mapping[str, Sequence[Any]]
+    index: tuple[tuple[int, Role], ...]
+    turn_roles: tuple[tuple[Role, ...], ...]
+
+
+def build_role_items(
+    records: Sequence[EpisodeRewards | None],
+    group_ids: Sequence[int],
+    roles: Sequence[Role | str] = tuple(Role),
+) -> RoleItems:
+    """Flatten graded rollouts into (rollout, role) items.
+
+    For rollout ``k``, each role of ``roles`` that has a turn in ``records[k]`` becomes one
+    item, in the order of ``roles``. Leaving ``Role.JUDGE`` out of ``roles`` is allowed: judge
+    turns get 0 whatever (see :func:`turn_values`).
+
+    Args:
+        records: one graded record per rollout (the server's ``rewards`` frame data).
+        group_ids: one id per rollout; rollouts of the same prompt share an id.
+        roles: the roles to make items for (default: all).
+
+    Returns:
+        The items; ``N`` is the number of (rollout, role) pairs.
+
+    Raises:
+        ValueError: a record is ``None`` (episode not graded: wait for its rewards or drop
+            the rollout; a missing grade is never read as reward 0), the lengths differ, or a
+            record's turns are not numbered ``0..n-1`` in order.
+    """
+    if len(records) != len(group_ids):
+        raise ValueError(f"{len(records)} records for {len(group_ids)} group ids")
+    graded = [rec for rec in records if rec is not None]
+    if len(graded) != len(records):
+        ungraded = [k for k, rec in enumerate(records) if rec is None]
+        raise ValueError(f"rollouts {ungraded} have no rewards record (episode not graded)")
+    wanted = tuple(Role(r) for r in roles)
+    rewards, labels, facts, groups, turns, index, turn_roles = [], [], [], [], [], [], []
+    for k, (rec, gid) in enumerate(zip(graded, group_ids, strict=True)):
+        if [turn.t for turn in rec.turns] != list(range(len(rec.turns))):
+            raise ValueError(f"episode {rec.episode_id}: turns are not numbered 0..n-1 in order")
+        present = {turn.role for turn in rec.turns}
+        turn_roles.append(tuple(turn.role for turn in rec.turns))
+        for role in (r for r in wanted if r in present):
+            rewards.append(rec.episode_reward)
+            labels.append(role.value)
+            facts.append(rec.facts)
+            groups.append(gid)
+            turns.append(rec.turns)
+            index.append((k, role))
+    return RoleItems(
+        rewards=np.asarray(rewards, dtype=np.float32),
+        role_labels=tuple(labels),
+        metadata={FACTS: facts, GROUP_IDS: groups, TURNS: turns},
+        index=tuple(index),
+        turn_roles=tuple(turn_roles),
+    )
+
+
+def resolve_item_values(shaped: ShapedRewards, rewards: np.ndarray, role_labels: Sequence[str]) -> np.ndarray:
+    """Write a strategy's result back onto the items.
+
+    A ``(B,)`` array is indexed directly. For a per-role dict, item ``i`` with role ``r``
+    gets ``shaped[r][i]``; an item whose role has no key keeps its raw reward. Judge items
+    then get 0.
+
+    Args:
+        shaped: a strategy's output (or ``rewards`` itself, for no shaping).
+        rewards: ``(B,)`` float raw rewards; not modified.
+        role_labels: length-``B`` role labels.
+
+    Returns:
+        ``(B,)`` array in the dtype of ``rewards``.
+
+    Raises:
+        ValueError: an array that is not ``(B,)``, or a non-finite value.
+    """
+    labels = np.array([role_value(r) for r in role_labels], dtype=object)
+    expected = (len(rewards),)
+    if isinstance(shaped, Mapping):
+        out = rewards.copy()
+        for role, values in shaped.items():
+            values = np.asarray(values)
+            if values.shape != expected:
+                raise ValueError(f"shaped[{role_value(role)!r}] has shape {values.shape}, expected {expected}")
+            sel = labels == role_value(role)
+            out[sel] = values[sel]
+    else:
+        out = np.asarray(shaped)
+        if out.shape != expected:
+            raise ValueError(f"shaped rewards have shape {out.shape}, expected {expected}")
+        out = out.astype(rewards.dtype, copy=True)
+    out[labels == JUDGE] = 0.0
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"non-finite shaped rewards at items {np.flatnonzero(~np.isfinite(out)).tolist()}")
+    return out
+
+
+def shape_items(strategy: RewardShapingStrategy, items: RoleItems) -> np.ndarray:
+    """Run ``strategy`` on ``items`` and write the result back: ``(N,)``, float32."""
+    shaped = strategy.shape_rewards(items.rewards, items.role_labels, items.metadata)
+    return resolve_item_values(shaped, items.rewards, items.role_labels)
+
+
+def group_normalize(
+    values: np.ndarray,
+    role_labels: Sequence[str],
+    group_ids: Sequence[Any],
+    scale: bool = True,
+    eps: float = 1e-4,
+) -> np.ndarray:
+    """GRPO group normalisation per role: ``(v − mean) / (std + eps)`` over each group.
+
+    Groups are (group id, role) pairs; judge items are in no group and get 0. ``std`` is
+    Bessel-corrected, as TRL's ``GRPOTrainer`` (``nanstd``) computes it; a one-item group has
+    advantage 0.
+
+    Args:
+        values: ``(B,)`` float per-item values (shaped rewards).
+        role_labels, group_ids: length-``B`` role labels and group ids.
+        scale: divide by ``std + eps`` (TRL ``scale_rewards="group"``); else only centre.
+        eps: added to the std (TRL uses 1e-4).
+
+    Returns:
+        ``(B,)`` advantages in the dtype of ``values``.
+
+    Raises:
+        ValueError: the lengths differ.
+    """
+    if not (values.shape == (len(role_labels),) == (len(group_ids),)):
+        raise ValueError(f"values {values.shape}, {len(role_labels)} labels, {len(group_ids)} group ids")
+    v = values.astype(np.float64)
+    out = np.zeros_like(v)
+    for idx in role_groups(role_labels, group_ids):
+        centred = v[idx] - v[idx].mean()
+        if scale:
+            centred /= (v[idx].std(ddof=1) if len(idx) > 1 else 0.0) + eps
+        out[idx] = centred
+    return out.astype(values.dtype)
+
+
+def turn_values(items: RoleItems, item_values: np.ndarray) -> list[np.ndarray]:
+    """Per-turn values: every turn of role ``r`` in rollout ``k`` gets item ``(k, r)``'s value.
+
+    Args:
+        items: the batch the values belong to.
+        item_values: ``(N,)`` per-item values (shaped rewards or advantages).
+
+    Returns:
+        One array per rollout, of length its number of turns (indexed by ``t``), in the
+        dtype of ``item_values``. Judge turns are 0 whether or not the judge has items.
+
+    Raises:
+        ValueError: ``item_values`` is not ``(N,)``, or a non-judge turn has no item.
+    """
+    if item_values.shape != (len(items.index),):
+        raise ValueError(f"item values have shape {item_values.shape}, expected ({len(items.index)},)")
+    position = {key: i for i, key in enumerate(items.index)}
+    out = []
+    for k, roles in enumerate(items.turn_roles):
+        per_turn = np.zeros(len(roles), dtype=item_values.dtype)
+        for t, role in enumerate(roles):
+            if role is Role.JUDGE:
+                continue
+            if (k, role) not in position:
+                raise ValueError(f"rollout {k} turn {t}: no item for role {role.value!r}")
+            per_turn[t] = item_values[position[(k, role)]]
+        out.append(per_turn)
+    return out
+
+
+def token_tensors(
+    role_spans: Sequence[Sequence[RoleSpan]],
+    per_turn_values: Sequence[Sequence[float]],
+    T: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spread per-turn values over their tokens.
+
+    Args:
+        role_spans: per rollout (row), the spans of its turns.
+        per_turn_values: per rollout, the value of each turn ``t`` (see :func:`turn_values`).
+        T: completion length (padded), tokens.
+
+    Returns:
+        ``values``: ``(B, T)`` float32 CPU tensor, a span's turn value on its tokens, 0 elsewhere.
+        ``loss_mask``: ``(B, T)`` bool CPU tensor, True on the tokens of non-judge spans only:
+        False on judge tokens, padding and tokens outside every span.
+
+    Raises:
+        ValueError: the row counts differ, a span ends past ``T``, spans overlap, or a span's
+            turn has no value.
+    """
+    import torch
+
+    if len(role_spans) != len(per_turn_values):
+        raise ValueError(f"{len(role_spans)} span rows for {len(per_turn_values)} value rows")
+    values = np.zeros((len(role_spans), T), dtype=np.float32)
+    mask = np.zeros((len(role_spans), T), dtype=bool)
+    for k, (spans, turn_vals) in enumerate(zip(role_spans, per_turn_values, strict=True)):
+        covered = np.zeros(T, dtype=bool)
+        for span in spans:
+            if span.end > T:
+                raise ValueError(f"row {k}: span {span} ends past T={T}")
+            if span.turn >= len(turn_vals):
+                raise ValueError(f"row {k}: span {span} refers to a turn with no value")
+            if covered[span.start:span.end].any():
+                raise ValueError(f"row {k}: span {span} overlaps another span")
+            covered[span.start:span.end] = True
+            if span.role is not Role.JUDGE:
+                values[k, span.start:span.end] = turn_vals[span.turn]
+                mask[k, span.start:span.end] = True
+    return torch.from_numpy(values), torch.from_numpy(mask)

@@ -1,0 +1,52 @@
+"""Role-mapped reward shaping (numpy only; no torch).
+
+A strategy maps a batch of ``B`` (rollout, role) items' raw rewards to shaped rewards, as one
+``(B,)`` array or one ``(B,)`` array per role; the contract is in
+:mod:`trainer_client.shaping.base`. Built-in strategies: ``identity``, ``potential_based``,
+``difference_rewards``, ``coma_advantage``, ``reward_mixing``. The mapping of shaped values
+onto turns and tokens is :mod:`trainer_client.role_mapping`.
+"""
+
+from trainer_client.shaping.base import (
+    RewardShapingStrategy,
+    ShapedRewards,
+    StrategyParams,
+)
+from trainer_client.shaping.coma import ComaAdvantageStrategy
+from trainer_client.shaping.config import (
+    NO_STRATEGY_MESSAGE,
+    RewardShapingConfig,
+    create_strategy_from_config,
+)
+from trainer_client.shaping.difference import DifferenceRewardsStrategy
+from trainer_client.shaping.identity import IdentityStrategy
+from trainer_client.shaping.metrics import shaping_metrics
+from trainer_client.shaping.mixing import MixingParams, RewardMixingStrategy
+from trainer_client.shaping.potential import PotentialBasedStrategy, PotentialParams
+from trainer_client.shaping.registry import (
+    available_strategies,
+    get_strategy,
+    register_strategy,
+    strategy_class,
+)
+
+__all__ = [
+    "RewardShapingStrategy",
+    "ShapedRewards",
+    "StrategyParams",
+    "available_strategies",
+    "get_strategy",
+    "register_strategy",
+    "strategy_class",
+    "IdentityStrategy",
+    "PotentialBasedStrategy",
+    "PotentialParams",
+    "DifferenceRewardsStrategy",
+    "ComaAdvantageStrategy",
+    "MixingParams",
+    "RewardMixingStrategy",
+    "NO_STRATEGY_MESSAGE",
+    "RewardShapingConfig",
+    "create_strategy_from_config",
+    "shaping_metrics",
+]

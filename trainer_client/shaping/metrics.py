@@ -1,0 +1,57 @@
+"""Shaping metrics: raw (unshaped) statistics beside shaped ones, per role."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from trainer_client.shaping.base import JUDGE, role_groups, role_value
+
+__all__ = ["shaping_metrics"]
+
+
+def _zero_std_fraction(values: np.ndarray, groups: list[np.ndarray]) -> float:
+    """Fraction of groups whose values have zero std (Bessel-corrected; a 1-item group is 0)."""
+    stds = [values[idx].std(ddof=1) if len(idx) > 1 else 0.0 for idx in groups]
+    return float(np.mean(np.isclose(stds, 0.0)))
+
+
+def shaping_metrics(
+    raw: np.ndarray, shaped: np.ndarray, role_labels: Sequence[str], group_ids: Sequence[Any]
+) -> dict[str, float]:
+    """Mean reward per role and the fraction of zero-std groups, raw and shaped.
+
+    Pass ``raw`` as it was before shaping (shaping never mutates its input, so the array
+    given to the strategy will do). Judge items are left out of every statistic.
+
+    Args:
+        raw: ``(B,)`` float raw per-item rewards.
+        shaped: ``(B,)`` float per-item shaped rewards (after the role write-back).
+        role_labels: length-``B`` role labels.
+        group_ids: length-``B`` group ids; groups are (group id, role) pairs, as in GRPO's
+            zero-std statistic (``frac_reward_zero_std``) but per role.
+
+    Returns:
+        ``reward/{raw,shaped}/<role>_mean`` for each non-judge role present, and
+        ``reward/{raw,shaped}/zero_std_group_frac`` when there is at least one group.
+
+    Raises:
+        ValueError: the lengths differ.
+    """
+    raw, shaped = np.asarray(raw, dtype=np.float64), np.asarray(shaped, dtype=np.float64)
+    if not (raw.shape == shaped.shape == (len(role_labels),) == (len(group_ids),)):
+        raise ValueError(f"shapes differ: raw {raw.shape}, shaped {shaped.shape}, "
+                         f"{len(role_labels)} labels, {len(group_ids)} group ids")
+    labels = np.array([role_value(r) for r in role_labels], dtype=object)
+    metrics: dict[str, float] = {}
+    for kind, values in (("raw", raw), ("shaped", shaped)):
+        for role in dict.fromkeys(labels):
+            if role != JUDGE:
+                metrics[f"reward/{kind}/{role}_mean"] = float(values[labels == role].mean())
+    groups = role_groups(role_labels, group_ids)
+    if groups:
+        metrics["reward/raw/zero_std_group_frac"] = _zero_std_fraction(raw, groups)
+        metrics["reward/shaped/zero_std_group_frac"] = _zero_std_fraction(shaped, groups)
+    return metrics
