@@ -239,6 +239,8 @@ class DebateEpisode:
                 "transcript": [
                     {"t": t.t, "role": t.role.value, "round": t.round, "content": t.content} for t in self.turns
                 ],
+                # inside the observation and at top level, as openenv 0.10 sends it
+                "metadata": metadata,
             },
             "reward": None,
             "done": self.role is None,

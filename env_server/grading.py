@@ -129,32 +129,38 @@ class Grader:
         self.config = config or GradingConfig()
         self.cache = GradeCache(self.config.cache_size)
         #: counters: ``requests``, ``rule``/``exact``/``cache``/``worker`` (how each grade was
-        #: decided), ``deduplicated``, ``timeouts``, ``worker_deaths``, ``kind:<error_kind>``.
+        #: decided), ``deduplicated``, ``timeouts``, ``worker_deaths``, ``pool_restarts``,
+        #: ``kind:<error_kind>``.
         self.stats: Counter[str] = Counter()
         self._inflight: dict[bytes, asyncio.Future[Grade]] = {}
         self._pool = None
+        self._closed = False
 
     async def start(self) -> None:
-        """Start the worker processes (idempotent). Workers fork from a forkserver that has
-        already imported math-verify, so a replacement worker starts in milliseconds."""
-        if self._pool is not None:
-            return
+        """Start the worker processes (idempotent) and warm them up, so import and
+        first-parse costs are paid before the first real grade."""
+        if self._pool is None:
+            self._pool = self._new_pool()
+            await asyncio.gather(*(self._run_worker("1", "1") for _ in range(self.config.workers)))
+
+    def _new_pool(self):
+        """A pebble pool whose workers fork from a forkserver that has already imported
+        math-verify, so a replacement worker starts in milliseconds."""
         from pebble import ProcessPool
 
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["env_server.grading_worker"])
-        self._pool = ProcessPool(
+        return ProcessPool(
             max_workers=self.config.workers,
             max_tasks=self.config.worker_max_tasks,
             initializer=_init_worker,
             initargs=(self.config.worker_memory_mb,),
             context=context,
         )
-        # Warm up: import and first-parse costs are paid before the first real grade.
-        await asyncio.gather(*(self._run_worker("1", "1") for _ in range(self.config.workers)))
 
     def close(self) -> None:
         """Stop the workers (pending grades fail; callers treat them as timeouts)."""
+        self._closed = True
         if self._pool is not None:
             self._pool.stop()
             self._pool.join(timeout=5)
@@ -221,15 +227,18 @@ class Grader:
             self.stats[f"kind:{grade.error_kind.value}"] += 1
         return grade
 
-    async def _run_worker(self, gold: str, answer: str) -> Grade:
+    async def _run_worker(self, gold: str, answer: str, retry: bool = True) -> Grade:
         from pebble import ProcessExpired
 
         from env_server.grading_worker import grade_answer
 
         if self._pool is None:
-            await self.start()
+            if self._closed:
+                return Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
+            self._pool = self._new_pool()
+        pool = self._pool
         try:
-            future = self._pool.schedule(
+            future = pool.schedule(
                 grade_answer,
                 args=(gold, answer, self.config.sig_figs, self.config.soft_timeout_s),
                 timeout=self.config.hard_timeout_s,
@@ -243,7 +252,17 @@ class Grader:
             self.stats["worker_deaths"] += 1
             log.warning("grading worker died (%s); it is replaced", exc)
             return Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
-        except RuntimeError as exc:  # pool stopped during shutdown
-            log.warning("grading pool unavailable: %s", exc)
+        except RuntimeError as exc:  # includes BrokenProcessPool
+            if self._closed:
+                return Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
+            # pebble marks the whole pool broken when an idle worker dies while no task runs
+            # ("All workers expired"): replace the pool and try once more.
+            log.warning("grading pool broken (%s); starting a new one", exc)
+            self.stats["pool_restarts"] += 1
+            if self._pool is pool:
+                pool.stop()
+                self._pool = None
+            if retry:
+                return await self._run_worker(gold, answer, retry=False)
             return Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
         return Grade(bool(correct), ErrorKind(kind) if kind else None, "worker")

@@ -202,7 +202,7 @@ class DebateService:
             return entry.episode.last_observation
         payload = orjson.loads(entry.episode.last_observation)
         payload["reward"] = record.episode_reward
-        payload["metadata"]["grading"] = "graded"
+        payload["metadata"]["grading"] = payload["observation"]["metadata"]["grading"] = "graded"
         return orjson.dumps(payload)
 
     def close_session(self, session: Session) -> None:

@@ -23,8 +23,7 @@ def act(episode: DebateEpisode, role: str, content: str):
 def payload(raw: bytes) -> dict:
     data = orjson.loads(raw)
     StepPayload.model_validate(data)
-    DebateObservation.model_validate({**data["observation"], "reward": data["reward"], "done": data["done"],
-                                      "metadata": data["metadata"]})
+    DebateObservation.model_validate({**data["observation"], "reward": data["reward"], "done": data["done"]})
     return data
 
 
@@ -71,8 +70,9 @@ def test_markers_never_reach_the_text_shown_to_the_policy() -> None:
     act(ep, "solver", "no box at all")
     data = payload(ep.last_observation)
     assert data["metadata"]["error_kind"] == "missing_final_answer"
-    text = orjson.dumps(data["observation"]).decode()
-    assert "missing_final_answer" not in text and "hint" not in text
+    assert data["observation"]["metadata"] == data["metadata"]  # inside and at top level
+    shown = orjson.dumps([data["observation"][k] for k in ("problem", "messages", "transcript")]).decode()
+    assert "missing_final_answer" not in shown and "hint" not in shown
 
 
 @pytest.mark.parametrize(

@@ -70,3 +70,21 @@ def test_sigkilled_worker_gives_grading_timeout_and_is_replaced() -> None:
             grader.close()
 
     run(main())
+
+
+def test_pool_survives_all_idle_workers_being_killed() -> None:
+    """pebble declares the pool broken when idle workers die with no task running; the grader
+    replaces the pool and the next grade succeeds."""
+
+    async def main() -> None:
+        grader = Grader(GradingConfig(workers=2))
+        await grader.start()
+        try:
+            for pid in grader.worker_pids:
+                os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(0.5)
+            assert (await grader.grade(r"\sqrt{9}", "3")) == Grade(True, None, "worker")
+        finally:
+            grader.close()
+
+    run(main())

@@ -77,7 +77,8 @@ def test_ws_frames_have_openenv_shapes_plus_metadata(server_url) -> None:
             reply = json.loads(await ws.recv())
             assert set(reply) == {"type", "data"} and reply["type"] == "observation"
             payload = StepPayload.model_validate(reply["data"])
-            DebateObservation.model_validate({**payload.observation, "metadata": payload.metadata})
+            DebateObservation.model_validate(payload.observation)
+            assert payload.observation["metadata"] == payload.metadata
             assert payload.metadata["error_kind"] is None and "hint_template_key" in payload.metadata
             await ws.send(json.dumps({"type": "state"}))
             state = DebateState.model_validate(json.loads(await ws.recv())["data"])
