@@ -1,0 +1,278 @@
+"""The ``environment_factory`` adapter: a debate session as a TRL environment.
+
+TRL's contract (trl 1.16, ``GRPOTrainer(environment_factory=...)``): a zero-argument factory
+returns an object with ``reset(**row) -> str | None`` (its string is appended to the last user
+message of the prompt), optional ``get_reward() -> float``, and public methods with typed,
+docstringed arguments that become the model's tools. Here:
+
+- one instance = one session on the env server, opened over a **shared** multiplexed
+  connection (one WebSocket per process and server, whatever the number of rollouts);
+- the tools are role-typed: ``submit_solution`` (solver), ``submit_verdict`` (verifier),
+  ``submit_final_answer`` (judge); each returns the next role's instructions, rendered from the
+  server's observation, or raises (TRL shows the model ``{"error": ...}``) when the server
+  rejects the action;
+- a rollout that ends without finishing the debate is finished by :meth:`_finish`: its last
+  assistant message (when the trainer passes it) is submitted as the current role's action and
+  the remaining turns are forfeited with placeholder actions, which the server marks
+  (``missing_verdict``, ``missing_final_answer``). So models that never call tools still
+  complete graded episodes;
+- ``get_reward()`` finishes the episode if needed and waits (bounded) for the delayed rewards
+  record; the record stays on the instance for the trainer (``_record``).
+
+Every non-tool method is private: TRL turns every public function into a tool.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from env_server.client import MuxError, StepResult, SyncMuxClient, SyncMuxSession
+from env_server.models import DebateObservation, EpisodeRewards, Role
+
+__all__ = ["DebateEnvironment", "environment_factory", "TurnLog", "DEBATE_SYSTEM_PROMPT", "TOOL_FOR_ROLE",
+           "render_instructions"]
+
+#: System message for the training prompt: the model plays every role through the tools.
+DEBATE_SYSTEM_PROMPT = (
+    "You take part in a math debate and play each role in turn: the solver, the verifier and the "
+    "judge. Act only by calling the tool for your current role; each tool's answer tells you what "
+    "to do next."
+)
+
+TOOL_FOR_ROLE: dict[Role, str] = {
+    Role.SOLVER: "submit_solution",
+    Role.VERIFIER: "submit_verdict",
+    Role.JUDGE: "submit_final_answer",
+}
+
+_TOOL_HINT: dict[Role, str] = {
+    Role.SOLVER: "Call submit_solution with your complete solution, ending with the final answer in \\boxed{...}.",
+    Role.VERIFIER: "Call submit_verdict with your verdict (CORRECT or INCORRECT) and your critique.",
+    Role.JUDGE: "Call submit_final_answer with the final answer.",
+}
+
+#: Placeholder actions used to forfeit the turns a rollout left unplayed.
+_FORFEIT = "(no response)"
+
+DEBATE_OVER = "The debate is over. Thank you."
+
+
+def render_instructions(observation: DebateObservation) -> str:
+    """The acting role's task as text: its system instructions, the last message addressed to
+    it, and the tool to call. Used for the reset text and for every tool's return value."""
+    if observation.role is None:
+        return DEBATE_OVER
+    system = next((m.content for m in observation.messages if m.role == "system"), "")
+    last_user = next((m.content for m in reversed(observation.messages) if m.role == "user"), "")
+    return f"[{observation.role.value.upper()}] {system}\n\n{last_user}\n\n{_TOOL_HINT[observation.role]}"
+
+
+@dataclass(frozen=True)
+class TurnLog:
+    """One accepted turn, as the environment submitted it on behalf of the model.
+
+    Attributes:
+        t: the turn index the server assigned.
+        role: the role that acted.
+        source: ``"tool"`` (a tool call), ``"fallback"`` (the last assistant message of a
+            rollout that stopped calling tools) or ``"forfeit"`` (a placeholder for a turn the
+            rollout left unplayed).
+        returned: for tool calls, the exact text the tool returned (what TRL put in the tool
+            message), used to align completion segments with turns.
+    """
+
+    t: int
+    role: Role
+    source: str
+    returned: str | None = None
+
+
+_CLIENTS: dict[tuple[str, str | None], SyncMuxClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def shared_client(base_url: str, token: str | None = None) -> SyncMuxClient:
+    """The process-wide multiplexed connection to ``base_url`` (created on first use)."""
+    key = (base_url, token)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = SyncMuxClient(base_url, token)
+        return client
+
+
+class DebateEnvironment:
+    """One debate session (see the module docstring). Use :func:`environment_factory` to bind
+    a server; the class attributes below are its settings."""
+
+    _base_url: ClassVar[str] = "http://127.0.0.1:8000"
+    _token: ClassVar[str | None] = None
+    _max_rounds: ClassVar[int | None] = None
+    _rewards_timeout_s: ClassVar[float] = 120.0
+
+    def __init__(self) -> None:
+        self._client = shared_client(self._base_url, self._token)
+        self._session: SyncMuxSession | None = None
+        self._observation: DebateObservation | None = None
+        self._turns: list[TurnLog] = []
+        self._record: EpisodeRewards | None = None
+
+    # ------------------------------------------------------------------ TRL contract
+
+    def reset(self, **row: Any) -> str:
+        """Start a new debate; returns the solver's instructions (appended to the prompt).
+
+        The row may carry ``problem_id`` (replay that problem) or ``seed``; rows of the same
+        prompt carry the same value, so a GRPO group debates one problem.
+        """
+        kwargs = {k: row[k] for k in ("seed", "problem_id") if row.get(k) is not None}
+        if self._max_rounds is not None:
+            kwargs["max_rounds"] = self._max_rounds
+        result = self._with_session(lambda session: session.reset(**kwargs), may_reopen=True)
+        self._observation = result.observation
+        self._turns = []
+        self._record = None
+        return render_instructions(result.observation)
+
+    def submit_solution(self, solution: str) -> str:
+        """Submit your solution as the solver.
+
+        Args:
+            solution: Your complete solution, ending with the final answer in \\boxed{...}.
+
+        Returns:
+            The next role's instructions.
+        """
+        return self._act(Role.SOLVER, solution, "tool")
+
+    def submit_verdict(self, verdict: str, critique: str) -> str:
+        """Submit your review of the solution as the verifier.
+
+        Args:
+            verdict: CORRECT if the solution's final answer is right, otherwise INCORRECT.
+            critique: Your step-by-step check of the solution.
+
+        Returns:
+            The next role's instructions.
+        """
+        return self._act(Role.VERIFIER, f"{critique}\n\nVERDICT: {verdict.strip().upper()}", "tool")
+
+    def submit_final_answer(self, answer: str) -> str:
+        """Close the debate as the judge by giving the final answer.
+
+        Args:
+            answer: The final answer in LaTeX, for example \\frac{1}{2}.
+
+        Returns:
+            A message that the debate is over.
+        """
+        content = answer if "\\boxed" in answer else f"The final answer is $\\boxed{{{answer.strip()}}}$."
+        return self._act(Role.JUDGE, content, "tool")
+
+    def get_reward(self) -> float:
+        """The episode reward: finishes the debate if the rollout left it open, then waits up
+        to ``_rewards_timeout_s`` for the server's delayed rewards record.
+
+        Raises:
+            TimeoutError: no record in time (the server may be overloaded or down).
+        """
+        return self._wait_record().episode_reward
+
+    # ------------------------------------------------------------------ for trainers
+
+    def _wait_record(self) -> EpisodeRewards:
+        if self._record is None:
+            self._finish(None)
+            assert self._session is not None
+            record = self._session.rewards(wait=True, timeout_s=self._rewards_timeout_s)
+            if record is None:
+                raise TimeoutError(
+                    f"no rewards for episode {self._session.episode_id} after {self._rewards_timeout_s:.0f}s: "
+                    f"is the env server at {self._base_url} grading?"
+                )
+            self._record = record
+        return self._record
+
+    def _finish(self, last_message: str | None) -> None:
+        """Complete an unfinished debate: ``last_message`` (a rollout's final assistant text
+        without a tool call) becomes the current role's action; remaining turns are forfeited."""
+        if self._observation is None:
+            raise RuntimeError("reset() was never called")
+        if last_message is not None and last_message.strip() and self._observation.role is not None:
+            self._send(self._observation.role, last_message, "fallback")
+        while self._observation.role is not None:
+            self._send(self._observation.role, _FORFEIT, "forfeit")
+
+    @property
+    def _done(self) -> bool:
+        return self._observation is not None and self._observation.role is None
+
+    def _act(self, role: Role, content: str, source: str) -> str:
+        """A tool call: submit, log the turn with the text returned to the model."""
+        if self._observation is None:
+            raise RuntimeError("reset() was never called")
+        if self._observation.role is None:
+            raise ValueError(DEBATE_OVER)
+        if role is not self._observation.role:
+            raise ValueError(f"It is the {self._observation.role.value}'s turn: call {TOOL_FOR_ROLE[self._observation.role]}.")
+        try:
+            result = self._with_session(lambda session: session.step(role, content))
+        except MuxError as exc:  # rejected (empty, too long): the turn is not consumed
+            raise ValueError(str(exc.data.get("message", exc))) from None
+        returned = render_instructions(result.observation)
+        self._log(result, role, source, returned)
+        return returned
+
+    def _send(self, role: Role, content: str, source: str) -> None:
+        """A fallback or forfeit action; a rejected text is replaced by the placeholder."""
+        try:
+            result = self._with_session(lambda session: session.step(role, content))
+        except MuxError as exc:
+            if exc.code != "INVALID_ACTION":
+                raise
+            result = self._with_session(lambda session: session.step(role, _FORFEIT))
+            source = "forfeit"
+        self._log(result, role, source, None)
+
+    def _log(self, result: StepResult, role: Role, source: str, returned: str | None) -> None:
+        self._observation = result.observation
+        self._turns.append(TurnLog(result.observation.t - 1, role, source, returned))
+
+    def _with_session(self, call, may_reopen: bool = False):
+        """Run ``call(session)``. After a dropped connection, reconnect (re-attaching the
+        session) and retry once; on ``reset`` also reopen a session the server reaped."""
+        if self._session is None:
+            self._session = self._client.open_session()
+        try:
+            return call(self._session)
+        except ConnectionError:
+            self._client.reconnect()
+            return call(self._session)
+        except MuxError as exc:
+            if not (may_reopen and exc.code == "UNKNOWN_SESSION"):
+                raise
+            self._session = self._client.open_session()
+            return call(self._session)
+
+
+def environment_factory(base_url: str, token: str | None = None, max_rounds: int | None = None,
+                        rewards_timeout_s: float = 120.0) -> type[DebateEnvironment]:
+    """The zero-argument factory to pass as ``GRPOTrainer(environment_factory=...)``.
+
+    Args:
+        base_url: the env server (``http://host:port``).
+        token: bearer token, if the server requires one.
+        max_rounds: per-episode override of the server's solver/verifier rounds.
+        rewards_timeout_s: how long ``get_reward`` waits for the graded record.
+
+    Returns:
+        A :class:`DebateEnvironment` subclass bound to these settings (a class is a zero-arg
+        factory); all its instances share one connection per process.
+    """
+    return type(
+        "DebateEnvironment",
+        (DebateEnvironment,),
+        {"_base_url": base_url, "_token": token, "_max_rounds": max_rounds, "_rewards_timeout_s": rewards_timeout_s},
+    )
