@@ -1,0 +1,244 @@
+"""The offline tiny model: tokenizer, Qwen2 config and a short tool-call warm-up, all local.
+
+Tests and the CPU demo must not download anything. A randomly initialised model never emits a
+tool call, so every debate would be forfeited and every reward equal (no learning signal).
+``build_tiny_model`` therefore also runs a short supervised warm-up on synthetic debates,
+built with the real environment code (``DebateEpisode`` and the adapter's
+``render_instructions``) and tokenised exactly as TRL's tool loop lays out a rollout: the
+prompt with the tool schemas, then per turn the model's tool call and TRL's tool-result
+suffix. After it, sampling at temperature 1 mostly yields well-formed calls to the right tool,
+with arbitrary answers, so rewards vary.
+
+Recipe from TRL's own tests (see shared/reference/trl-notes.md §4): ByteLevel BPE with the
+Qwen special tokens, TRL's bundled ``qwen3.jinja`` chat template (TRL parses tool calls only
+for templates it recognises), ``Qwen2ForCausalLM`` with a tiny config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TinyModelSpec", "build_tiny_model", "synthetic_debates", "tiny_model_main", "tool_callables"]
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
+
+
+class TinyModelSpec(dict):
+    """Build parameters (a plain dict, recorded in ``tiny_model.json`` to detect a stale cache)."""
+
+
+def default_spec(seed: int = 0) -> TinyModelSpec:
+    return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
+                         intermediate_size=256, max_positions=8192, debates=160, sft_steps=200, batch_size=6,
+                         learning_rate=4e-3, version=4)
+
+
+def tool_callables() -> list[Any]:
+    """The adapter's tools as TRL passes them to ``apply_chat_template`` (bound methods),
+    without connecting to a server."""
+    from trainer_client.env import DebateEnvironment
+
+    instance = object.__new__(DebateEnvironment)
+    return [instance.submit_solution, instance.submit_verdict, instance.submit_final_answer]
+
+
+def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+def synthetic_debates(n: int, seed: int, max_rounds: int = 1) -> list[list[dict[str, Any]]]:
+    """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
+    results, then a closing assistant message), played locally with scripted actions.
+
+    One round (solver, verifier, judge) by default: the shortest full debate, so the warm-up
+    is cheap; later rounds repeat the same two tools.
+
+    Answers are right or wrong at random, verdicts agree or not: the point is the format.
+    """
+    from env_server.debate import DebateEpisode
+    from env_server.models import DebateAction, DebateObservation, Role
+    from env_server.problems import ProblemGenerator
+    from trainer_client.env import DEBATE_SYSTEM_PROMPT, render_instructions
+
+    rng = random.Random(seed)
+    generator = ProblemGenerator()
+    conversations = []
+    for i in range(n):
+        problem = generator.by_seed(10_000 + seed * 100_000 + i)
+        episode = DebateEpisode(f"synthetic-{i}", problem, max_rounds=max_rounds, max_action_chars=4096)
+
+        def observation() -> DebateObservation:
+            return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+
+        messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
+                    {"role": "user", "content": render_instructions(observation())}]
+        last_answer = problem.answer
+        while not episode.done:
+            role = episode.role
+            if role is Role.SOLVER:
+                last_answer = problem.answer if rng.random() < 0.5 else str(rng.randint(-50, 200))
+                arguments = {"solution": rng.choice(["So", "Thus", "Hence"]) + f" \\boxed{{{last_answer}}}"}
+                content, name = arguments["solution"], "submit_solution"
+            elif role is Role.VERIFIER:
+                verdict = rng.choice(["CORRECT", "INCORRECT"])
+                arguments = {"verdict": verdict, "critique": rng.choice(["Checked.", "Step two is wrong.", "Fine."])}
+                content, name = f"{arguments['critique']}\n\nVERDICT: {verdict}", "submit_verdict"
+            else:
+                arguments = {"answer": last_answer}
+                content, name = f"\\boxed{{{last_answer}}}", "submit_final_answer"
+            episode.step(DebateAction(role=role, content=content))
+            messages.append(_call(name, arguments))
+            messages.append({"role": "tool", "name": name, "content": render_instructions(observation())})
+        messages.append({"role": "assistant", "content": "Done."})
+        conversations.append(messages)
+    return conversations
+
+
+def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    wrapped.chat_template = chat_template
+    return wrapped
+
+
+def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any]) -> tuple[list[int], list[int]]:
+    """Token ids of a debate laid out as TRL's tool loop lays it out, and a 0/1 mask of the
+    model's own tokens (its messages and their end-of-turn token)."""
+    prompt = list(tokenizer.apply_chat_template(messages[:2], tools=tools, add_generation_prompt=True, tokenize=True,
+                                                return_dict=False))
+    ids, mask = prompt, [0] * len(prompt)
+    eos = tokenizer.eos_token_id
+    i = 2
+    while i < len(messages):
+        message = messages[i]
+        if message.get("tool_calls"):
+            call = message["tool_calls"][0]["function"]
+            text = '<tool_call>\n{"name": "' + call["name"] + '", "arguments": ' + json.dumps(call["arguments"]) + "}\n</tool_call>"
+        else:
+            text = message["content"]
+        own = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos]
+        ids, mask = ids + own, mask + [1] * len(own)
+        if i + 1 < len(messages) and messages[i + 1]["role"] == "tool":
+            suffix = _tool_suffix(tokenizer, messages[i + 1])
+            ids, mask = ids + suffix, mask + [0] * len(suffix)
+            i += 2
+        else:
+            i += 1
+    return ids, mask
+
+
+def _tool_suffix(tokenizer, tool_message: dict[str, Any]) -> list[int]:
+    """What TRL appends after a tool call (``GRPOTrainer._get_tool_suffix_ids``): the tool result
+    block and the next generation prompt."""
+    dummy = [{"role": "user", "content": "dummy"},
+             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": tool_message["name"], "arguments": {}}}]}]
+    prefix = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False))
+    full = list(tokenizer.apply_chat_template(dummy + [tool_message], add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
+    eos_positions = [k for k, tok in enumerate(prefix) if tok == tokenizer.eos_token_id]
+    prefix = prefix[: eos_positions[-1] + 1]
+    return full[len(prefix):]
+
+
+def _spec_hash(spec: TinyModelSpec) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False) -> Path:
+    """Build (or reuse) the tiny model and tokenizer in ``out_dir``.
+
+    Args:
+        out_dir: destination; a build with the same spec found there is reused as is.
+        spec: build parameters (default :func:`default_spec`).
+        progress: print the warm-up loss now and then.
+
+    Returns:
+        ``out_dir`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained``).
+    """
+    import torch
+    import trl
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    spec = spec or default_spec()
+    out_dir = Path(out_dir)
+    marker = out_dir / "tiny_model.json"
+    if marker.exists() and json.loads(marker.read_text()).get("hash") == _spec_hash(spec):
+        return out_dir
+
+    torch.manual_seed(spec["seed"])
+    conversations = synthetic_debates(spec["debates"], spec["seed"])
+    chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    tools = tool_callables()
+    # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
+    bootstrap = _train_tokenizer(SPECIAL_TOKENS, 300, chat_template)
+    corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations[:60]]
+    tokenizer = _train_tokenizer(corpus, spec["vocab_size"], chat_template)
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=spec["hidden_size"], num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"], num_key_value_heads=spec["kv_heads"],
+        intermediate_size=spec["intermediate_size"], max_position_embeddings=spec["max_positions"],
+        bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(config)
+    examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations]
+    _warm_up(model, examples, tokenizer.pad_token_id, spec, progress)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    marker.write_text(json.dumps({"hash": _spec_hash(spec), "spec": spec}, indent=2))
+    return out_dir
+
+
+def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, spec: TinyModelSpec,
+             progress: bool) -> None:
+    """Supervised warm-up on whole rollouts ``(tokens, mask)``: next-token loss on the model's
+    own tokens only. (Training on short windows of the context was tried: the model then fails
+    to call tools in full-length contexts.)"""
+    import torch
+
+    rng = random.Random(spec["seed"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["learning_rate"], weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / spec["sft_steps"])
+    model.train()
+    for step in range(spec["sft_steps"]):
+        batch = rng.sample(examples, spec["batch_size"])
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, (ids, mask) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, : len(ids)] = 1
+            labels[row, : len(ids)] = torch.tensor([tok if m else -100 for tok, m in zip(ids, mask)])
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if progress and step % 50 == 0:
+            print(f"tiny-model warm-up step {step}: loss {loss.item():.3f}", flush=True)
+    model.eval()
+
+
+def tiny_model_main(out_dir: str) -> int:
+    """``mathdebate tiny-model DIR``: build (or reuse) and say where it is."""
+    path = build_tiny_model(out_dir, progress=True)
+    print(f"tiny model and tokenizer written to {path} (load with --model {path}, or use --model tiny)")
+    return 0
