@@ -2,7 +2,7 @@
 
 - ``mathdebate serve``: run the environment server.
 - ``mathdebate play``: drive scripted debates against a server and print a report.
-- ``mathdebate demo``: start a server, play against it, stop it (the README's main job).
+- ``mathdebate train``, ``mathdebate tiny-model``, ``mathdebate demo``: see ``trainer_client.cli``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from env_server.config import AUTH_TOKEN_ENV, ServerConfig
 from env_server.grading import GradingConfig
@@ -98,7 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_play_args(parser: argparse.ArgumentParser) -> None:
+def add_play_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=32, help="debates in flight at once")
     parser.add_argument("--connections", type=int, default=1, help="WebSocket connections to spread sessions over")
@@ -111,7 +112,7 @@ def _add_play_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true")
 
 
-def _print_report(report, title: str) -> None:
+def print_report(report, title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -148,7 +149,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         args.url, problems, args.episodes, args.concurrency, args.policy, args.p, args.seed, args.connections,
         token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
     ))
-    _print_report(report, f"mathdebate play: {args.policy} policy on {problems.name}")
+    print_report(report, f"mathdebate play: {args.policy} policy on {problems.name}")
     if args.json:
         print(json.dumps(report.summary()))
     return 0 if report.failed == 0 else 1
@@ -206,16 +207,9 @@ def running_server(extra_args: Sequence[str] = (), port: int | None = None,
             process.kill()
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    """Start a server on a free port, play scripted debates against it, stop it."""
-    serve_args = ["--problems", args.problems] if args.problems else []
-    with running_server(serve_args) as url:
-        print(f"env server up at {url}; playing {args.episodes} debates ({args.policy} policy)", flush=True)
-        args.url = url
-        return cmd_play(args)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extra_commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
+    """The ``mathdebate`` parser. ``extra_commands`` add subcommands (the trainer adds
+    ``train`` and ``tiny-model``; the server side never imports the trainer)."""
     parser = argparse.ArgumentParser(prog="mathdebate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the environment server")
@@ -223,16 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     play = sub.add_parser("play", help="drive scripted debates over /ws/mux and print a report")
     play.add_argument("--url", default="http://127.0.0.1:8000")
-    _add_play_args(play)
+    add_play_args(play)
     play.set_defaults(func=cmd_play)
-    demo = sub.add_parser("demo", help="start a server, play scripted debates against it, stop it")
-    _add_play_args(demo)
-    demo.set_defaults(func=cmd_demo)
+    for add in extra_commands:
+        add(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Callable[[Any], None]] = ()) -> int:
+    args = build_parser(extra_commands).parse_args(argv)
     return args.func(args)
 
 

@@ -3,6 +3,7 @@ them in place and never copy them into the repo."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,14 @@ def math500_server_url(math500_path) -> Iterator[str]:
     """A real server serving MATH-500 from ../shared/data."""
     with running_server(["--problems", str(math500_path), "--grading-workers", "2"]) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    """The offline tiny model, built once per test session (about a minute and a half on 2
+    cores). ``MATHDEBATE_TEST_TINY_MODEL`` may name a directory to build into and reuse (the
+    builder skips an up-to-date build), to speed up local iterations."""
+    from trainer_client.tiny_model import build_tiny_model
+
+    target = os.environ.get("MATHDEBATE_TEST_TINY_MODEL") or tmp_path_factory.mktemp("tiny-model")
+    return str(build_tiny_model(target))

@@ -1,0 +1,278 @@
+"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model`` and ``demo``.
+
+- ``mathdebate train --config PATH --preset baseline|sdpo|replay|full --env-url URL --max-steps N
+  --output-dir DIR [--model ID_OR_PATH] [-o key=value ...]``
+- ``mathdebate tiny-model DIR``: write the offline tiny model and tokenizer.
+- ``mathdebate demo``: the README's main job: start an env server, play scripted debates, train
+  a few steps on CPU with the tiny model on built-in problems, write metrics and the plot, stop.
+
+Nothing heavy is imported until a training command runs, so ``mathdebate serve`` starts fast
+and works without the ``train`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from env_server import cli as server_cli
+
+__all__ = ["main", "run_training", "demo_config"]
+
+log = logging.getLogger(__name__)
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bad override {pair!r}: expected key=value (e.g. sdpo.alpha=0.1)")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _fetch_json(url: str, token: str | None) -> Any:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _load_model(name: str, output_dir: Path):
+    """(model, tokenizer) for a hub id or path, or the offline tiny model for ``"tiny"``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name == "tiny":
+        from trainer_client.tiny_model import build_tiny_model
+
+        path = build_tiny_model(output_dir.parent / "tiny-model")
+    else:
+        path = name
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def run_training(config, progress: bool = True) -> Path:
+    """Train with a validated :class:`~trainer_client.config.TrainConfig`; returns the output dir.
+
+    Writes ``metrics.jsonl``, ``training.png``, ``config.yaml``, checkpoints (every
+    ``save_steps``) and the final model (``final/``) into ``config.output_dir``.
+
+    Raises:
+        ConnectionError: the env server does not answer.
+    """
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from trainer_client.env import DEBATE_SYSTEM_PROMPT, environment_factory
+    from trainer_client.reporting import MetricsFileCallback, plot_metrics
+    from trainer_client.shaping import create_strategy_from_config
+    from trainer_client.trainer import DebateGRPOTrainer
+
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    token = config.env_token
+    try:
+        server_cli.wait_healthy(config.env_url, timeout_s=30)
+    except RuntimeError as exc:
+        raise ConnectionError(f"env server at {config.env_url} is not reachable: start `mathdebate serve`") from exc
+    hints = _fetch_json(f"{config.env_url}/hints", token)
+
+    torch.manual_seed(config.seed)
+    model, tokenizer = _load_model(config.model, output_dir)
+    dataset = Dataset.from_list([
+        {"prompt": [{"role": "system", "content": DEBATE_SYSTEM_PROMPT}, {"role": "user", "content": ""}],
+         "seed": config.seed + i}
+        for i in range(config.dataset_size)
+    ])
+    cuda = torch.cuda.is_available()
+    args = GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.per_device_train_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        num_generations=config.num_generations,
+        max_completion_length=config.max_completion_length,
+        max_tool_calling_iterations=config.max_tool_calling_iterations,
+        temperature=config.temperature,
+        loss_type=config.loss_type,
+        beta=config.kl_beta,
+        seed=config.seed,
+        logging_steps=config.logging_steps,
+        save_strategy="steps" if config.save_steps else "no",
+        save_steps=config.save_steps or 500,
+        report_to=config.report_to,
+        use_cpu=not cuda,
+        bf16=cuda and torch.cuda.is_bf16_supported(),
+        activation_checkpointing=False,
+        use_vllm=config.use_vllm,
+        vllm_mode=config.vllm_mode,
+        **({"vllm_server_base_url": config.vllm_server_base_url} if config.vllm_server_base_url else {}),
+        vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+        disable_tqdm=not progress,
+    )
+    teacher_pool = pair_store = None
+    if config.replay.beta > 0:
+        from env_server.problems import load_problem_source
+        from trainer_client.pairs import PairStore
+        from trainer_client.teachers import TeacherPool
+
+        teacher_pool = TeacherPool.from_configs(config.replay.teachers, problems=load_problem_source(config.problems),
+                                                budget_per_step=config.replay.budget_per_step,
+                                                max_workers=config.replay.max_workers)
+        pair_store = PairStore(config.replay.pairs_path or output_dir / "replay_pairs.jsonl")
+    trainer = DebateGRPOTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        environment_factory=environment_factory(config.env_url, token, config.max_rounds, config.rewards_timeout_s),
+        callbacks=[MetricsFileCallback(output_dir / "metrics.jsonl")],
+        shaping_strategy=create_strategy_from_config(config.reward_shaping),
+        scale_advantages=config.scale_advantages,
+        sdpo=config.sdpo,
+        replay=config.replay,
+        hints=hints,
+        teacher_pool=teacher_pool,
+        pair_store=pair_store,
+    )
+    try:
+        trainer.train()
+        if teacher_pool is not None:  # keep the pairs of the last steps' replays
+            teacher_pool.wait(timeout_s=60)
+            trainer._store_new_pairs()
+    finally:
+        if teacher_pool is not None:
+            teacher_pool.close()
+    trainer.save_model(str(output_dir / "final"))
+    plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
+    return output_dir
+
+
+def _add_train_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="YAML config (see configs/)")
+    parser.add_argument("--preset", choices=["baseline", "sdpo", "replay", "full"], default=None,
+                        help="loss-channel ablation preset: (alpha, beta) = (0,0), (0.1,0), (0,0.05), (0.1,0.05)")
+    parser.add_argument("--env-url", default=None)
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--output-dir", default=None)
+    parser.add_argument("--model", default=None, help="Hugging Face causal LM id or path, or 'tiny'")
+    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="any config field, dotted (e.g. -o sdpo.token_clip=5 -o reward_shaping.strategy=difference_rewards)")
+
+
+def _train_config(args: argparse.Namespace):
+    from trainer_client.config import load_config
+
+    flags = {"env_url": args.env_url, "max_steps": args.max_steps, "output_dir": args.output_dir, "model": args.model}
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    overrides.update(_overrides(args.override))
+    return load_config(args.config, args.preset, overrides)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """``mathdebate train``: validate the config (before anything starts), then train."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = _train_config(args)
+    output_dir = run_training(config)
+    print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
+    return 0
+
+
+def cmd_tiny_model(args: argparse.Namespace) -> int:
+    """``mathdebate tiny-model DIR``."""
+    from trainer_client.tiny_model import tiny_model_main
+
+    return tiny_model_main(args.dir)
+
+
+def demo_config(output_dir: str, env_url: str, max_steps: int):
+    """The CPU demo: tiny model, built-in problems, all three loss channels (preset ``full``),
+    two ground-truth oracle teachers for trace replay, and reward mixing (the tiny model is
+    almost never right, so the team reward alone would give every rollout the same advantage;
+    mixing in each role's own per-turn reward gives the verifier a signal)."""
+    from trainer_client.config import load_config
+
+    return load_config(None, "full", {
+        "model": "tiny",
+        "env_url": env_url,
+        "output_dir": output_dir,
+        "max_steps": max_steps,
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_completion_length": 384,
+        "learning_rate": 5e-4,
+        "max_rounds": 1,
+        "logging_steps": 1,
+        "reward_shaping.strategy": "reward_mixing",
+        "reward_shaping.params": {"alpha": 0.5},
+        "replay.teachers": [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}],
+        "replay.budget_per_step": 8,
+        "replay.pairs_per_step": 2,
+    })
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Start a server, play scripted debates, train a few steps on CPU, stop the server."""
+    serve_args = ["--grading-workers", "1"]
+    with server_cli.running_server(serve_args) as url:
+        print(f"env server up at {url}; playing {args.episodes} scripted debates", flush=True)
+        args.url = url
+        server_cli.cmd_play(args)
+        print(f"training {args.train_steps} steps on CPU (tiny model, preset full) into {args.output_dir}", flush=True)
+        config = demo_config(args.output_dir, url, args.train_steps)
+        output_dir = run_training(config)
+    _print_training_summary(output_dir)
+    return 0
+
+
+def _print_training_summary(output_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    keys = ["loss/grpo", "loss/sdpo_kl", "loss/trace_replay_dpo", "loss/total", "debate/reward/solver",
+            "debate/reward/verifier", "debate/error_site_rate", "pairs/stored"]
+    table = Table(title=f"training ({len(lines)} steps)")
+    table.add_column("step", justify="right")
+    for key in keys:
+        table.add_column(key, justify="right")
+    for line in lines:
+        table.add_row(str(line["step"]), *(f"{line[k]:.4g}" if k in line else "-" for k in keys))
+    Console().print(table)
+    print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``train``, ``tiny-model`` and ``demo`` on the ``mathdebate`` parser."""
+    train = sub.add_parser("train", help="train with GRPO against a live env server")
+    _add_train_args(train)
+    train.set_defaults(func=cmd_train)
+    tiny = sub.add_parser("tiny-model", help="write the offline tiny model and tokenizer")
+    tiny.add_argument("dir")
+    tiny.set_defaults(func=cmd_tiny_model)
+    demo = sub.add_parser("demo", help="serve, play scripted debates, train a few CPU steps, stop (the main job)")
+    server_cli.add_play_args(demo)
+    demo.add_argument("--train-steps", type=int, default=6)
+    demo.add_argument("--output-dir", default="outputs/demo")
+    demo.set_defaults(func=cmd_demo)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return server_cli.main(argv, extra_commands=[add_commands])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

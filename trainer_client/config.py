@@ -1,0 +1,204 @@
+"""The trainer's one validated configuration: YAML file, then preset, then CLI overrides.
+
+Everything is checked when the config loads (pydantic), before any model is built or any
+server contacted: an unknown shaping strategy, bad strategy params, a negative channel weight,
+or a replay channel without teachers fails with a clear message.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from env_server.config import AUTH_TOKEN_ENV
+from env_server.models import Role
+from trainer_client.shaping import RewardShapingConfig
+from trainer_client.teachers import TeacherConfig
+
+__all__ = ["TrainConfig", "SDPOConfig", "ReplayConfig", "PRESETS", "load_config"]
+
+#: Ablation presets: (alpha for SDPO, beta for trace-replay DPO).
+PRESETS: dict[str, tuple[float, float]] = {
+    "baseline": (0.0, 0.0),
+    "sdpo": (0.1, 0.0),
+    "replay": (0.0, 0.05),
+    "full": (0.1, 0.05),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SDPOConfig(_Strict):
+    """Channel 2: hint distillation at error sites (generalized JSD to a hint-conditioned self).
+
+    Attributes:
+        alpha: weight of the channel in the total loss (0 disables it).
+        jsd_beta: mixture coefficient of the generalized JSD (0.5: symmetric).
+        temperature: softmax temperature of both distributions.
+        token_clip: cap on each token's divergence, nats (``None``: no cap).
+        max_sites_per_batch: most error sites distilled per micro-batch (the rest are skipped).
+        roles: roles whose erring turns are distilled.
+        backend: ``"gkd"`` (TRL's GKD ``generalized_jsd_loss`` on full logits; supports
+            ``token_clip``) or ``"liger"`` (liger-kernel's ``LigerFusedLinearJSDLoss`` on
+            hidden states, never materialising ``(N, V)`` logits; ``pip install
+            'mathdebate[liger]'``; no ``token_clip``).
+    """
+
+    alpha: float = Field(default=0.0, ge=0)
+    jsd_beta: float = Field(default=0.5, gt=0, lt=1)
+    temperature: float = Field(default=1.0, gt=0)
+    token_clip: float | None = Field(default=None, gt=0)
+    max_sites_per_batch: int = Field(default=16, ge=1)
+    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER, Role.VERIFIER])
+    backend: Literal["gkd", "liger"] = "gkd"
+
+    @model_validator(mode="after")
+    def _check(self) -> "SDPOConfig":
+        if self.backend == "liger" and self.token_clip is not None:
+            raise ValueError("sdpo.token_clip needs backend 'gkd' (liger's fused JSD has no per-token clip)")
+        return self
+
+
+class ReplayConfig(_Strict):
+    """Channel 3: N-teacher trace-replay DPO.
+
+    Attributes:
+        beta: weight of the channel in the total loss (0 disables it).
+        dpo_beta: DPO's temperature.
+        teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing).
+        budget_per_step: most teacher calls started per training step.
+        pairs_per_step: pairs in the DPO term of one micro-batch.
+        roles: roles whose turns are replayed to teachers.
+        max_workers: threads running teacher calls.
+        pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).
+    """
+
+    beta: float = Field(default=0.0, ge=0)
+    dpo_beta: float = Field(default=0.1, gt=0)
+    teachers: list[TeacherConfig] = Field(default_factory=list)
+    budget_per_step: int = Field(default=16, ge=0)
+    pairs_per_step: int = Field(default=4, ge=1)
+    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER])
+    max_workers: int = Field(default=4, ge=1)
+    pairs_path: str | None = None
+
+
+class TrainConfig(_Strict):
+    """``mathdebate train`` settings (see ``configs/`` for examples).
+
+    Attributes:
+        model: a Hugging Face causal LM id or path, or ``"tiny"`` for the offline tiny model.
+        env_url: the env server.
+        env_token_env: environment variable holding the server's bearer token, if any.
+        problems: the server's problem source (only the oracle teacher needs it).
+        output_dir: metrics, plot, checkpoints and pairs go here.
+        max_steps, learning_rate, per_device_train_batch_size, gradient_accumulation_steps,
+        num_generations, max_completion_length, temperature, loss_type, kl_beta, seed,
+        logging_steps, save_steps, report_to: TRL ``GRPOConfig`` settings (``kl_beta`` is its
+            ``beta``; ``save_steps`` 0 saves only at the end; ``report_to`` e.g.
+            ``["tensorboard"]``).
+        max_tool_calling_iterations: model turns per rollout (a debate needs up to
+            ``2·max_rounds + 1`` tool calls).
+        max_rounds: per-episode override of the server's rounds.
+        dataset_size: distinct problems (seeds) in the training dataset.
+        rewards_timeout_s: how long to wait for an episode's graded record.
+        use_vllm, vllm_mode, vllm_server_base_url, vllm_gpu_memory_utilization: generation
+            with vLLM (GPU extra); the CPU path uses Hugging Face generation.
+        reward_shaping: the role-mapped shaping strategy (missing: identity).
+        scale_advantages: divide by the per-role group std (TRL's ``scale_rewards="group"``).
+        sdpo, replay: the two extra loss channels.
+    """
+
+    model: str = "tiny"
+    env_url: str = "http://127.0.0.1:8000"
+    env_token_env: str = AUTH_TOKEN_ENV
+    problems: str | None = None
+    output_dir: str = "outputs/train"
+    max_steps: int = Field(default=10, ge=1)
+    learning_rate: float = Field(default=1e-5, gt=0)
+    per_device_train_batch_size: int = Field(default=4, ge=1)
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    num_generations: int = Field(default=4, ge=2)
+    max_completion_length: int = Field(default=512, ge=8)
+    max_tool_calling_iterations: int = Field(default=8, ge=1)
+    temperature: float = Field(default=1.0, gt=0)
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    kl_beta: float = Field(default=0.0, ge=0)
+    seed: int = 0
+    logging_steps: int = Field(default=1, ge=1)
+    save_steps: int = Field(default=0, ge=0)
+    report_to: list[str] = Field(default_factory=list)
+    max_rounds: int | None = Field(default=None, ge=1, le=16)
+    dataset_size: int = Field(default=1024, ge=1)
+    rewards_timeout_s: float = Field(default=120.0, gt=0)
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+    vllm_gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
+    reward_shaping: RewardShapingConfig = Field(default_factory=RewardShapingConfig)
+    scale_advantages: bool = True
+    sdpo: SDPOConfig = Field(default_factory=SDPOConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.replay.beta > 0 and len(self.replay.teachers) < 2:
+            raise ValueError("replay.beta > 0 needs at least 2 teachers in replay.teachers "
+                             "(a DPO pair needs two teachers that agree)")
+        if self.per_device_train_batch_size * self.gradient_accumulation_steps % self.num_generations:
+            raise ValueError("per_device_train_batch_size × gradient_accumulation_steps must be a multiple of "
+                             "num_generations (TRL groups each prompt's rollouts in one generation batch)")
+        return self
+
+    @property
+    def env_token(self) -> str | None:
+        return os.environ.get(self.env_token_env) or None
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"cannot set {dotted!r}: {key!r} is not a section")
+    node[leaf] = value
+
+
+def load_config(path: str | Path | None = None, preset: str | None = None,
+                overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Load and validate a config.
+
+    Args:
+        path: YAML file (optional).
+        preset: ``baseline``, ``sdpo``, ``replay`` or ``full``: sets ``sdpo.alpha`` and
+            ``replay.beta`` (see :data:`PRESETS`).
+        overrides: dotted keys to values (``{"max_steps": 2, "sdpo.token_clip": 5.0}``),
+            applied last.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: unknown preset, or a malformed override path.
+        pydantic.ValidationError: the result is not a valid :class:`TrainConfig`.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        text = Path(path).read_text()
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: the config must be a mapping")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        alpha, beta = PRESETS[preset]
+        _set_dotted(data, "sdpo.alpha", alpha)
+        _set_dotted(data, "replay.beta", beta)
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    return TrainConfig.model_validate(data)

@@ -1,0 +1,339 @@
+"""``DebateGRPOTrainer``: TRL's ``GRPOTrainer`` with role-mapped advantages and two extra losses.
+
+Only a few TRL hooks are overridden; the maths lives in small modules:
+
+- ``_generate``: after TRL's tool loop, a debate the rollout left open is finished with the
+  rollout's last assistant message (``env.DebateEnvironment._finish``).
+- ``_generate_and_score_completions`` (before TRL shuffles the batch, on gathered data):
+  per-turn rewards from the server -> role-mapped shaping -> group normalisation per role ->
+  ``(B, T)`` advantages over the role spans (``spans``, ``role_mapping``); judge tokens and
+  tokens of no turn are masked out of the loss and of every group statistic. It also marks
+  error sites for hint distillation and sends replays to the teacher pool.
+- ``compute_loss``: ``total = grpo + α·sdpo + β·replay``; the extra terms are divided by the
+  gradient-accumulation steps exactly as TRL scales its own loss.
+
+Channel 2 (SDPO hint distillation): for a turn with an error-site marker, the teacher context
+is the same context with the hint for its ``hint_template_key`` inserted as a user message
+before the erring turn; teacher logits come from the same model without gradient; the loss is
+the generalized JSD (``losses``) on that turn's tokens only. No error site: no extra forward.
+
+Channel 3 (trace-replay DPO): after each generation batch the student's turns are replayed
+(``state(t)``) to the teacher pool in background threads; pairs it emits get reference
+log-probs under the policy of that moment (the reference policy) and go to a JSONL store; later
+steps add DPO's sigmoid loss on a sample of stored pairs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOTrainer
+
+from env_server.models import EpisodeRewards, Role
+from trainer_client.config import ReplayConfig, SDPOConfig
+from trainer_client.forward import pack_responses, response_hidden, response_logits
+from trainer_client.losses import dpo_sigmoid_loss, masked_jsd_loss, sequence_logps
+from trainer_client.role_mapping import build_role_items, group_normalize, shape_items, token_tensors, turn_values
+from trainer_client.shaping import RewardShapingStrategy, get_strategy, shaping_metrics
+from trainer_client.spans import Segment, completion_segments, role_spans
+
+__all__ = ["DebateGRPOTrainer"]
+
+log = logging.getLogger(__name__)
+
+TRAINED_ROLES = (Role.SOLVER, Role.VERIFIER)
+
+
+class DebateGRPOTrainer(GRPOTrainer):
+    """A ``GRPOTrainer`` for debates served by the env server.
+
+    Args:
+        *args, **kwargs: ``GRPOTrainer``'s (``environment_factory`` must build
+            :class:`~trainer_client.env.DebateEnvironment` instances).
+        shaping_strategy: role-mapped reward shaping (default: identity).
+        scale_advantages: divide by the per-role group std.
+        sdpo: channel-2 settings (default: off).
+        replay: channel-3 settings (default: off).
+        hints: hint templates, key -> text (the server's ``GET /hints``); required when
+            ``sdpo.alpha > 0``.
+        teacher_pool: a :class:`~trainer_client.teachers.TeacherPool`; required when
+            ``replay.beta > 0``.
+        pair_store: a :class:`~trainer_client.pairs.PairStore`; required when ``replay.beta > 0``.
+
+    Raises:
+        ValueError: a channel is on without what it needs.
+    """
+
+    def __init__(self, *args: Any, shaping_strategy: RewardShapingStrategy | None = None, scale_advantages: bool = True,
+                 sdpo: SDPOConfig | None = None, replay: ReplayConfig | None = None,
+                 hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.shaping_strategy = shaping_strategy or get_strategy("identity")
+        self.scale_advantages = scale_advantages
+        self.sdpo = sdpo or SDPOConfig()
+        self.replay = replay or ReplayConfig()
+        self.hints = hints or {}
+        self.teacher_pool = teacher_pool
+        self.pair_store = pair_store
+        if self.sdpo.alpha > 0 and not self.hints:
+            raise ValueError("sdpo.alpha > 0 needs the hint templates (the env server's GET /hints)")
+        if self.replay.beta > 0 and (teacher_pool is None or pair_store is None):
+            raise ValueError("replay.beta > 0 needs a teacher pool and a pair store")
+        self._batch_completions: list[list[dict[str, Any]]] = []
+        self._hint_ids: dict[str, list[int]] = {}
+        self._gen_prompt_ids = self._chat_delta([{"role": "user", "content": "x"}], [], generation_prompt=True)
+        self._rng = random.Random(self.args.seed)
+
+    # ------------------------------------------------------------------ rollouts
+
+    def _generate(self, prompts: list):
+        out = super()._generate(prompts)
+        completions = out[3]
+        self._batch_completions = completions
+        for environment, messages in zip(self.environments or [], completions):
+            if environment._done:
+                continue
+            last = messages[-1] if messages else {}
+            text = last.get("content") if last.get("role") == "assistant" and not last.get("tool_calls") else None
+            environment._finish(text if isinstance(text, str) else None)
+        return out
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        device = output["completion_ids"].device
+        environments = self.environments
+        records: list[EpisodeRewards] = [env._wait_record() for env in environments]
+        completion_mask = output["completion_mask"]
+        tool_mask = output.get("tool_mask")
+        if tool_mask is None:
+            tool_mask = torch.ones_like(completion_mask)
+        model_tokens = (completion_mask * tool_mask).tolist()
+        segments = [completion_segments(messages, env._turns, tokens)
+                    for messages, env, tokens in zip(self._batch_completions, environments, model_tokens)]
+
+        # Group maths on the gathered batch (groups are contiguous, num_generations long).
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        all_records = gather_object(records)
+        group_ids = [i // num_generations for i in range(len(all_records))]
+        items = build_role_items(all_records, group_ids)
+        shaped = shape_items(self.shaping_strategy, items)
+        advantages = group_normalize(shaped, items.role_labels, items.metadata["group_ids"], scale=self.scale_advantages)
+        start = self.accelerator.process_index * len(records)
+        per_turn = turn_values(items, advantages)[start:start + len(records)]
+
+        spans = [role_spans(segs) if segs is not None else [] for segs in segments]
+        values, loss_mask = token_tensors(spans, per_turn, completion_mask.shape[1])
+        output["advantages"] = values.to(device)
+        output["tool_mask"] = tool_mask * loss_mask.to(device=device, dtype=tool_mask.dtype)
+        output["num_items_in_batch"] = self.accelerator.gather((completion_mask * output["tool_mask"]).sum()).sum()
+        output["sdpo_sites"] = self._error_sites(records, segments) if self.sdpo.alpha > 0 else [[] for _ in records]
+
+        self._log_debate_metrics(mode, items, shaped, all_records, segments)
+        if self.replay.beta > 0 and mode == "train":
+            self._replay_to_teachers(records, environments, segments)
+            self._store_new_pairs()
+        return output
+
+    # ------------------------------------------------------------------ loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        grpo = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        total = grpo
+        sdpo_value = replay_value = 0.0
+        if self.sdpo.alpha > 0:
+            sdpo = self._sdpo_loss(model, inputs)
+            if sdpo is not None:
+                total = total + self.sdpo.alpha * sdpo / accumulation
+                sdpo_value = sdpo.item()
+        if self.replay.beta > 0:
+            replay = self._replay_loss(model)
+            if replay is not None:
+                total = total + self.replay.beta * replay / accumulation
+                replay_value = replay.item()
+        metrics = self._metrics[mode]
+        metrics["loss/grpo"].append(grpo.item() * accumulation)
+        metrics["loss/sdpo_kl"].append(sdpo_value)
+        metrics["loss/trace_replay_dpo"].append(replay_value)
+        metrics["loss/total"].append(total.item() * accumulation)
+        return total
+
+    # ------------------------------------------------------------------ channel 2: SDPO
+
+    def _error_sites(self, records: list[EpisodeRewards], segments: list[list[Segment] | None]) -> list[list[tuple]]:
+        """Per rollout, ``(start, end, hint_key)`` of every segment that produced an erring turn."""
+        roles = set(self.sdpo.roles)
+        out = []
+        for record, segs in zip(records, segments):
+            sites = []
+            for seg in segs or []:
+                if seg.owner is None or not seg.owner.produced or seg.owner.role not in roles:
+                    continue
+                turn = record.turns[seg.owner.t]
+                if turn.error_kind is not None and turn.hint_template_key in self.hints and seg.end > seg.start:
+                    sites.append((seg.start, seg.end, turn.hint_template_key))
+            out.append(sites)
+        return out
+
+    def _chat_delta(self, base: list[dict[str, str]], added: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+        """Token ids the chat template adds when ``added`` messages (and, optionally, the
+        generation prompt) follow ``base``."""
+        kwargs = {"chat_template": self.chat_template, "tokenize": True, "return_dict": False, **self.chat_template_kwargs}
+        prefix = self.processing_class.apply_chat_template(base, add_generation_prompt=False, **kwargs)
+        full = self.processing_class.apply_chat_template(base + added, add_generation_prompt=generation_prompt, **kwargs)
+        if list(full[: len(prefix)]) != list(prefix):
+            raise ValueError("the chat template is not prefix-preserving; hint insertion needs one that is")
+        return list(full[len(prefix):])
+
+    def _with_hint(self, context: list[int], key: str) -> list[int]:
+        """``context`` (ending with the generation prompt of the erring turn) with the hint
+        inserted as a user message right before that turn."""
+        if key not in self._hint_ids:
+            self._hint_ids[key] = self._chat_delta([{"role": "user", "content": "x"}],
+                                                   [{"role": "user", "content": self.hints[key]}], generation_prompt=True)
+        gen = self._gen_prompt_ids
+        if gen and context[-len(gen):] == gen:
+            return context[: -len(gen)] + self._hint_ids[key]
+        hint_text = self.processing_class(f"Hint: {self.hints[key]}\n", add_special_tokens=False)["input_ids"]
+        return context + list(hint_text)
+
+    def _sdpo_loss(self, model, inputs) -> torch.Tensor | None:
+        sites = [(row, start, end, key) for row, row_sites in enumerate(inputs.get("sdpo_sites", []))
+                 for start, end, key in row_sites][: self.sdpo.max_sites_per_batch]
+        if not sites:
+            return None
+        prompt_ids, prompt_mask, completion_ids = inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"]
+        contexts, hinted, responses = [], [], []
+        for row, start, end, key in sites:
+            context = prompt_ids[row][prompt_mask[row].bool()].tolist() + completion_ids[row][:start].tolist()
+            contexts.append(context)
+            hinted.append(self._with_hint(context, key))
+            responses.append(completion_ids[row][start:end].tolist())
+        pad = self.processing_class.pad_token_id
+        device = completion_ids.device
+        student = pack_responses(contexts, responses, pad, device)
+        teacher = pack_responses(hinted, responses, pad, device)
+        if self.sdpo.backend == "liger":
+            return self._liger_jsd(model, student, teacher)
+        student_logits = response_logits(model, student)
+        with torch.no_grad():
+            teacher_logits = response_logits(model, teacher)
+        return masked_jsd_loss(student_logits, teacher_logits, student.mask, beta=self.sdpo.jsd_beta,
+                               temperature=self.sdpo.temperature, token_clip=self.sdpo.token_clip)
+
+    def _liger_jsd(self, model, student, teacher) -> torch.Tensor:
+        """The same JSD via liger-kernel's fused linear loss: never builds ``(N, L, V)`` logits."""
+        from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+
+        unwrapped = self.accelerator.unwrap_model(model)
+        weight = unwrapped.get_output_embeddings().weight
+        student_hidden = response_hidden(unwrapped, student)[student.mask]
+        with torch.no_grad():
+            teacher_hidden = response_hidden(unwrapped, teacher)[teacher.mask]
+        loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=self.sdpo.jsd_beta,
+                                          temperature=self.sdpo.temperature, compiled=False)
+        return loss_fn(student_hidden, weight, teacher_hidden, weight, student.labels[student.mask])
+
+    # ------------------------------------------------------------------ channel 3: replay DPO
+
+    def _replay_to_teachers(self, records, environments, segments) -> None:
+        """Queue this batch's student turns for the teachers (wrong ones first); non-blocking."""
+        from trainer_client.teachers import ReplayRequest
+
+        requests = []
+        roles = set(self.replay.roles)
+        for record, env, segs in zip(records, environments, segments):
+            produced = {seg.owner.t for seg in segs or [] if seg.owner is not None and seg.owner.produced}
+            transcript = env._observation.transcript if env._observation is not None else []
+            for turn in record.turns:
+                if turn.role not in roles or turn.t not in produced or turn.t >= len(transcript):
+                    continue
+                requests.append((turn.correct is True, record, env, turn, transcript[turn.t].content))
+        requests.sort(key=lambda r: r[0])  # wrong answers first
+        budget = self.replay.budget_per_step
+        batch = []
+        for _, record, env, turn, content in requests[:budget]:
+            replay = env._session.state(t=turn.t, episode_id=record.episode_id)
+            messages = replay["observation"]["observation"]["messages"]
+            batch.append(ReplayRequest(episode_id=record.episode_id, t=turn.t, role=turn.role,
+                                       problem_id=record.problem_id, messages=messages,
+                                       student_response=content, student_answer=turn.answer))
+        if batch:
+            self.teacher_pool.submit_step(self.state.global_step, batch)
+
+    def _store_new_pairs(self) -> None:
+        """Give pairs finished since the last step their reference log-probs and store them."""
+        pairs = self.teacher_pool.collect()
+        if not pairs:
+            return
+        with torch.no_grad():
+            chosen, rejected = self._pair_logps(self.model, pairs)
+        for pair, c, r in zip(pairs, chosen.tolist(), rejected.tolist()):
+            pair.ref_chosen_logp, pair.ref_rejected_logp = c, r
+        self.pair_store.add(pairs)
+
+    def _pair_logps(self, model, pairs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed log-probs of chosen and rejected responses: two ``(N,)`` tensors."""
+        tokenizer = self.processing_class
+        eos = tokenizer.eos_token_id
+        prompts, responses = [], []
+        for pair in pairs:
+            prompt = tokenizer.apply_chat_template(pair.prompt_messages, add_generation_prompt=True, tokenize=True,
+                                                   return_dict=False, chat_template=self.chat_template)
+            for text in (pair.chosen, pair.rejected):
+                ids = tokenizer(text, add_special_tokens=False)["input_ids"][: self.max_completion_length - 1] + [eos]
+                prompts.append(list(prompt)[-4096:])
+                responses.append(ids)
+        batch = pack_responses(prompts, responses, tokenizer.pad_token_id, self.accelerator.device)
+        logps = sequence_logps(response_logits(model, batch), batch.labels, batch.mask)
+        return logps[0::2], logps[1::2]
+
+    def _replay_loss(self, model) -> torch.Tensor | None:
+        pairs = self.pair_store.sample(self.replay.pairs_per_step, self._rng)
+        if not pairs:
+            return None
+        chosen, rejected = self._pair_logps(model, pairs)
+        ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
+        ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
+        return dpo_sigmoid_loss(chosen, rejected, ref_chosen, ref_rejected, self.replay.dpo_beta)
+
+    # ------------------------------------------------------------------ metrics
+
+    def _log_debate_metrics(self, mode: str, items, shaped: np.ndarray, records: list[EpisodeRewards],
+                            segments: list[list[Segment] | None]) -> None:
+        metrics = self._metrics[mode]
+        for name, value in shaping_metrics(items.rewards, shaped, items.role_labels,
+                                           items.metadata["group_ids"]).items():
+            metrics[name].append(value)
+        per_role: dict[str, list[float]] = defaultdict(list)
+        sites = trained = 0
+        for record in records:
+            for turn in record.turns:
+                per_role[turn.role.value].append(turn.reward)
+                if turn.role in TRAINED_ROLES:
+                    trained += 1
+                    sites += turn.error_kind is not None
+        for role in TRAINED_ROLES:
+            values = per_role.get(role.value)
+            if values:
+                metrics[f"debate/reward/{role.value}"].append(float(np.mean(values)))
+        judged = [r.facts.judge_correct for r in records if r.facts.judge_correct is not None]
+        if judged:
+            metrics["debate/judge_accuracy"].append(float(np.mean(judged)))
+        metrics["debate/episode_reward"].append(float(np.mean([r.episode_reward for r in records])))
+        metrics["debate/error_site_rate"].append(sites / trained if trained else 0.0)
+        metrics["debate/unaligned_rollouts"].append(float(sum(s is None for s in segments)))
+        if self.teacher_pool is not None:
+            for name, value in self.teacher_pool.counters().items():
+                metrics[name].append(float(value))
+        if self.pair_store is not None:
+            metrics["pairs/stored"].append(float(len(self.pair_store)))
