@@ -54,13 +54,31 @@ def test_hard_kill_replaces_the_worker_and_marks_a_timeout() -> None:
     run(main())
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_until_a_worker_is_busy(pids: list[int], timeout_s: float = 20.0) -> None:
+    start = {pid: cpu_seconds(pid) for pid in pids}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        if any(cpu_seconds(pid) - start[pid] >= 0.2 for pid in pids):
+            return
+    raise AssertionError("no grading worker started the task")
+
+
 def test_sigkilled_worker_gives_grading_timeout_and_is_replaced() -> None:
     async def main() -> None:
         grader = Grader(GradingConfig(workers=2, hard_timeout_s=30, soft_timeout_s=30))
         await grader.start()
         try:
             stuck = asyncio.create_task(grader.grade("2", r"10^{10^{10^{10}}}+1"))
-            await asyncio.sleep(0.5)
+            # Kill only once a worker is busy on the tower: a kill before the task starts is
+            # the idle-death case (next test), which pebble reports differently.
+            await wait_until_a_worker_is_busy(grader.worker_pids)
             for pid in grader.worker_pids:
                 os.kill(pid, signal.SIGKILL)
             assert (await stuck) == Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
