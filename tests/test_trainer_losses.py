@@ -78,8 +78,9 @@ def test_zero_weights_equal_the_base_grpo_loss(model_and_tokenizer, tmp_path) ->
 
 
 def count_forwards(model):
+    """Count passes through the transformer body (the policy's GRPO pass, teacher passes...)."""
     calls = []
-    handle = model.register_forward_hook(lambda *args: calls.append(1))
+    handle = model.get_decoder().register_forward_hook(lambda *args: calls.append(1))
     return calls, handle
 
 
@@ -97,9 +98,20 @@ def test_sdpo_is_zero_without_error_sites_and_positive_with_one(model_and_tokeni
         handle.remove()
     sdpo = trainer._metrics["train"]["loss/sdpo_kl"]
     assert sdpo[0] == 0.0 and sdpo[1] > 0.0
-    assert forwards_with_site == forwards_without_sites + 2  # student and hinted teacher, only when needed
+    # only the hinted teacher costs a pass: the student side reuses GRPO's own forward
+    assert forwards_without_sites == 1 and forwards_with_site == 2
     assert with_site.item() == pytest.approx(plain.item() + 0.1 * sdpo[1], rel=1e-4)
     with_site.backward()  # the SDPO term has a gradient path
+
+
+def test_student_side_reuses_the_grpo_forward_exactly(model_and_tokenizer, tmp_path) -> None:
+    model, tokenizer = model_and_tokenizer
+    trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, sdpo=SDPOConfig(alpha=0.1), hints=HINTS)
+    batch = make_batch(tokenizer, sites=[[(3, 9, "solver/wrong_answer")], [(0, 4, "solver/wrong_answer")]])
+    trainer.compute_loss(model, dict(batch))
+    reused = trainer._metrics["train"]["loss/sdpo_kl"][-1]
+    recomputed = trainer._sdpo_loss(model, dict(batch), hidden=None).item()
+    assert reused == pytest.approx(recomputed, rel=1e-4)
 
 
 def test_hint_is_inserted_as_a_user_message_before_the_turn(model_and_tokenizer, tmp_path) -> None:

@@ -145,13 +145,27 @@ class DebateGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        grpo = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        captured: list[torch.Tensor] = []
+        hook = None
+        if self.sdpo.alpha > 0 and any(inputs.get("sdpo_sites", [])):
+            # The student side of hint distillation reuses GRPO's own forward: keep the final
+            # hidden states of the policy's pass over the batch instead of running it again.
+            norm = getattr(self.accelerator.unwrap_model(model).get_decoder(), "norm", None)
+            if norm is not None:
+                hook = norm.register_forward_hook(lambda module, args, output: captured.append(output))
+        try:
+            grpo = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            if hook is not None:
+                hook.remove()
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         total = grpo
         sdpo_value = replay_value = 0.0
         if self.sdpo.alpha > 0:
-            sdpo = self._sdpo_loss(model, inputs)
+            # one forward per micro-batch (TRL does not chunk it in compute_loss); else recompute
+            hidden = captured[0] if len(captured) == 1 else None
+            sdpo = self._sdpo_loss(model, inputs, hidden)
             if sdpo is not None:
                 total = total + self.sdpo.alpha * sdpo / accumulation
                 sdpo_value = sdpo.item()
@@ -206,7 +220,18 @@ class DebateGRPOTrainer(GRPOTrainer):
         hint_text = self.processing_class(f"Hint: {self.hints[key]}\n", add_special_tokens=False)["input_ids"]
         return context + list(hint_text)
 
-    def _sdpo_loss(self, model, inputs) -> torch.Tensor | None:
+    def _sdpo_loss(self, model, inputs, hidden: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Generalized JSD between the policy and its hint-conditioned self on erring turns.
+
+        Args:
+            model: the policy.
+            inputs: the micro-batch (``sdpo_sites`` lists ``(start, end, hint_key)`` per row).
+            hidden: ``(B, P + C, H)`` final hidden states of the policy's GRPO forward over this
+                micro-batch (reused for the student side); ``None`` recomputes the student.
+
+        Returns:
+            The mean per-token divergence over the sites' tokens, or ``None`` without sites.
+        """
         sites = [(row, start, end, key) for row, row_sites in enumerate(inputs.get("sdpo_sites", []))
                  for start, end, key in row_sites][: self.sdpo.max_sites_per_batch]
         if not sites:
@@ -220,28 +245,37 @@ class DebateGRPOTrainer(GRPOTrainer):
             responses.append(completion_ids[row][start:end].tolist())
         pad = self.processing_class.pad_token_id
         device = completion_ids.device
-        student = pack_responses(contexts, responses, pad, device)
         teacher = pack_responses(hinted, responses, pad, device)
-        if self.sdpo.backend == "liger":
-            return self._liger_jsd(model, student, teacher)
-        student_logits = response_logits(model, student)
+        unwrapped = self.accelerator.unwrap_model(model)
+        if hidden is not None:
+            student_hidden = self._site_hidden(hidden, sites, prompt_ids.shape[1], teacher.response_length)
+        else:
+            student_hidden = response_hidden(unwrapped, pack_responses(contexts, responses, pad, device))
         with torch.no_grad():
-            teacher_logits = response_logits(model, teacher)
-        return masked_jsd_loss(student_logits, teacher_logits, student.mask, beta=self.sdpo.jsd_beta,
+            teacher_hidden = response_hidden(unwrapped, teacher)
+        head = unwrapped.get_output_embeddings()
+        if self.sdpo.backend == "liger":
+            from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+
+            loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=self.sdpo.jsd_beta,
+                                              temperature=self.sdpo.temperature, compiled=False)
+            mask = teacher.mask
+            return loss_fn(student_hidden[mask], head.weight, teacher_hidden[mask], head.weight, teacher.labels[mask])
+        with torch.no_grad():
+            teacher_logits = head(teacher_hidden)
+        return masked_jsd_loss(head(student_hidden), teacher_logits, teacher.mask, beta=self.sdpo.jsd_beta,
                                temperature=self.sdpo.temperature, token_clip=self.sdpo.token_clip)
 
-    def _liger_jsd(self, model, student, teacher) -> torch.Tensor:
-        """The same JSD via liger-kernel's fused linear loss: never builds ``(N, L, V)`` logits."""
-        from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
-
-        unwrapped = self.accelerator.unwrap_model(model)
-        weight = unwrapped.get_output_embeddings().weight
-        student_hidden = response_hidden(unwrapped, student)[student.mask]
-        with torch.no_grad():
-            teacher_hidden = response_hidden(unwrapped, teacher)[teacher.mask]
-        loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=self.sdpo.jsd_beta,
-                                          temperature=self.sdpo.temperature, compiled=False)
-        return loss_fn(student_hidden, weight, teacher_hidden, weight, student.labels[student.mask])
+    @staticmethod
+    def _site_hidden(hidden: torch.Tensor, sites: list[tuple], prompt_width: int, length: int) -> torch.Tensor:
+        """``(n, L, H)`` hidden states predicting each site's tokens, right-aligned like
+        :class:`~trainer_client.forward.ResponseBatch` (zeros before shorter sites)."""
+        out = hidden.new_zeros((len(sites), length, hidden.shape[-1]))
+        for i, (row, start, end, _) in enumerate(sites):
+            n = end - start
+            # completion token k sits at prompt_width + k and is predicted from the position before
+            out[i, length - n:] = hidden[row, prompt_width + start - 1: prompt_width + end - 1]
+        return out
 
     # ------------------------------------------------------------------ channel 3: replay DPO
 
