@@ -33,8 +33,8 @@ class TinyModelSpec(dict):
 
 def default_spec(seed: int = 0) -> TinyModelSpec:
     return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
-                         intermediate_size=256, max_positions=8192, debates=160, sft_steps=200, batch_size=6,
-                         learning_rate=4e-3, version=4)
+                         intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
+                         learning_rate=4e-3, version=5)
 
 
 def tool_callables() -> list[Any]:
