@@ -106,3 +106,41 @@ def test_train_command_validates_the_config_before_starting(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "train", "--preset", "replay",
                            "--env-url", "http://127.0.0.1:9"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode != 0 and "at least 2 teachers" in done.stderr
+
+
+def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tiny_model_dir, tmp_path) -> None:
+    """What CI can check of `docker compose up` without Docker: the file's structure, and the
+    trainer service's own command, run on CPU against the env service's own command (on
+    loopback, with CPU-sized overrides appended: tiny model, one step, oracle teachers)."""
+    import yaml
+
+    from env_server.cli import free_port, wait_healthy
+
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    env, trainer, teacher = (compose["services"][name] for name in ("env", "trainer", "teacher"))
+    assert trainer["depends_on"]["env"]["condition"] == "service_healthy"
+    assert trainer["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert any(v.endswith(":/outputs") for v in trainer["volumes"]) and any("/cache/huggingface" in v for v in trainer["volumes"])
+    assert teacher["profiles"] == ["teacher"]
+    command = trainer["command"]
+    assert command[command.index("--env-url") + 1] == "http://env:8000"  # the env service by name
+
+    port = free_port()
+    serve = [c.replace("0.0.0.0", "127.0.0.1").replace("8000", str(port)) for c in env["command"]]
+    server = subprocess.Popen([sys.executable, "-m", "trainer_client.cli", *serve[1:]], cwd=REPO)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", timeout_s=60, process=server)
+        train_cmd = [c.replace("/configs/", f"{REPO}/configs/").replace("http://env:8000", f"http://127.0.0.1:{port}")
+                     .replace("/outputs/", f"{tmp_path}/") for c in command]
+        cpu = ["--model", tiny_model_dir, "--max-steps", "1", "-o", "use_vllm=false", "-o", "sdpo.backend=gkd",
+               "-o", "per_device_train_batch_size=4", "-o", "num_generations=4", "-o", "gradient_accumulation_steps=1",
+               "-o", "max_completion_length=128", "-o", "report_to=[]", "-o", "save_steps=0",
+               "-o", "replay.teachers=[{name: a, kind: oracle}, {name: b, kind: oracle}]"]
+        done = subprocess.run([sys.executable, "-m", "trainer_client.cli", *train_cmd[1:], *cpu], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    out = tmp_path / "qwen3-0.6b-full"
+    assert (out / "metrics.jsonl").read_text().strip() and (out / "training.png").exists()

@@ -75,7 +75,9 @@ def run_training(config, progress: bool = True) -> Path:
     from trl import GRPOConfig
 
     from trainer_client.env import DEBATE_SYSTEM_PROMPT, environment_factory
-    from trainer_client.reporting import MetricsFileCallback, plot_metrics
+    from transformers.trainer_callback import ProgressCallback
+
+    from trainer_client.reporting import MetricsFileCallback, QuietProgressCallback, plot_metrics
     from trainer_client.shaping import create_strategy_from_config
     from trainer_client.trainer import DebateGRPOTrainer
 
@@ -148,6 +150,9 @@ def run_training(config, progress: bool = True) -> Path:
         teacher_pool=teacher_pool,
         pair_store=pair_store,
     )
+    if progress:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(QuietProgressCallback())
     try:
         trainer.train()
         if teacher_pool is not None:  # keep the pairs of the last steps' replays
@@ -243,14 +248,15 @@ def _print_training_summary(output_dir: Path) -> None:
     from rich.table import Table
 
     lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    keys = ["loss/grpo", "loss/sdpo_kl", "loss/trace_replay_dpo", "loss/total", "debate/reward/solver",
-            "debate/reward/verifier", "debate/error_site_rate", "pairs/stored"]
-    table = Table(title=f"training ({len(lines)} steps)")
+    columns = {"grpo": "loss/grpo", "sdpo": "loss/sdpo_kl", "replay": "loss/trace_replay_dpo", "total": "loss/total",
+               "r solver": "debate/reward/solver", "r verifier": "debate/reward/verifier",
+               "err sites": "debate/error_site_rate", "pairs": "pairs/stored"}
+    table = Table(title=f"training: {len(lines)} steps (loss channels, per-role rewards, error-site rate, DPO pairs)")
     table.add_column("step", justify="right")
-    for key in keys:
-        table.add_column(key, justify="right")
+    for name in columns:
+        table.add_column(name, justify="right")
     for line in lines:
-        table.add_row(str(line["step"]), *(f"{line[k]:.4g}" if k in line else "-" for k in keys))
+        table.add_row(str(line["step"]), *(f"{line[k]:.3g}" if k in line else "-" for k in columns.values()))
     Console().print(table)
     print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
 
-__all__ = ["MetricsFileCallback", "plot_metrics", "LOSS_KEYS", "ROLE_REWARD_KEYS"]
+__all__ = ["MetricsFileCallback", "QuietProgressCallback", "plot_metrics", "LOSS_KEYS", "ROLE_REWARD_KEYS"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_kl", "loss/trace_replay_dpo", "loss/total")
 ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward")
@@ -35,6 +36,14 @@ class MetricsFileCallback(TrainerCallback):
         line.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
         with self.path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
+
+
+class QuietProgressCallback(ProgressCallback):
+    """The usual progress bar, without printing every log dict under it (the metrics are in
+    ``metrics.jsonl`` and in whatever ``report_to`` sends them to)."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        return None
 
 
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
