@@ -7,6 +7,7 @@ mathematics (that is the grader's job, in worker processes).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal
 
 __all__ = ["last_boxed", "parse_verdict", "normalize_answer", "Verdict"]
@@ -19,6 +20,8 @@ _NOISE = re.compile(r"\\[,;:! ]|\\left\b|\\right\b|\$")
 _COMMAND_SPACE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])")
 _SPACE = re.compile(r"\s+")
 _FRAC = re.compile(r"\\[dt]frac\b")
+#: the only characters brace matching looks at: an escape pair, or a brace
+_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)
 
 
 def last_boxed(text: str) -> str | None:
@@ -41,19 +44,15 @@ def last_boxed(text: str) -> str | None:
         return None
     best_open, best_close = -1, -1
     stack: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            stack.append(i)
-        elif c == "}" and stack:
+    # the regex skips ordinary characters in C; escape pairs (``\\{``, ``\\\\``) match as one token
+    for match in _BRACE_TOKENS.finditer(text):
+        token = match.group()
+        if token == "{":
+            stack.append(match.start())
+        elif token == "}" and stack:
             opened = stack.pop()
             if opened in box_opens and opened > best_open:
-                best_open, best_close = opened, i
-        i += 1
+                best_open, best_close = opened, match.start()
     return text[best_open + 1 : best_close].strip() if best_open >= 0 else None
 
 
@@ -75,7 +74,20 @@ def normalize_answer(answer: str) -> str:
     repeated answers and as the grader's exact fast path (equal normal forms are equivalent;
     different ones go to math-verify).
     """
+    if len(answer) <= _CACHED_CHARS:
+        return _normalize_cached(answer)
+    return _normalize(answer)
+
+
+#: answers up to this length have their normal form cached (gold answers recur on every turn)
+_CACHED_CHARS = 256
+
+
+def _normalize(answer: str) -> str:
     text = _NOISE.sub("", answer)
     text = _COMMAND_SPACE.sub("\\1\x00", text)  # ``\pi r`` must not become ``\pir``
     text = _SPACE.sub("", text).replace("\x00", " ")
     return _FRAC.sub(r"\\frac", text).rstrip(".")
+
+
+_normalize_cached = lru_cache(maxsize=16384)(_normalize)

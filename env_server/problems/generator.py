@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from fractions import Fraction
 from math import gcd, lcm
 
@@ -188,6 +189,7 @@ class ProblemGenerator(ProblemSource):
         return self._make(parts[1], int(parts[2]))
 
     @staticmethod
+    @lru_cache(maxsize=8192)  # a problem id is reset once per rollout of its group: generate it once
     def _make(family: str, seed: int) -> Problem:
         text, answer, solution, level = FAMILIES[family](random.Random(f"{family}/{seed}"))
         return Problem(f"gen/{family}/{seed}", text, answer, solution, subject=family, level=level, source="generator")
