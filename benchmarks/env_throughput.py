@@ -1,0 +1,509 @@
+"""Env throughput and latency: mathdebate's ``/ws/mux`` against the OpenEnv reference server.
+
+Both servers serve the same debate environment (``benchmarks/openenv_reference.py`` wraps
+mathdebate's state machine, problems and grading pool in ``openenv-core``'s ``create_app``) as
+one uvicorn process each, started fresh by this script on this machine. The load generator
+(this process) plays whole debates in ``N`` concurrent sessions: reset, solver answer, verifier
+accepts, judge answer; an episode counts once graded (ours: the pushed ``rewards`` frame;
+OpenEnv: the terminal observation, which carries the reward). Ours spreads the sessions over
+``--connections`` WebSockets; OpenEnv has one WebSocket per session.
+
+Workloads:
+- ``cached``: built-in problems answered with their reference answer, so every grade is known
+  without a grading worker (exact path or verdict cache): transport and session cost.
+- ``fresh``: MATH-500 problems answered with a never-seen wrong answer each time, so every
+  solver and judge turn goes to a grading worker: grading cost.
+
+Reported per (server, workload, sessions): steps/s (``step`` requests answered per second in the
+measured window, after all sessions are open), episodes/s, p50/p99 step latency, errors.
+Memory per idle session: the server's resident memory (``VmRSS``, grading workers excluded)
+after opening ``--idle-sessions`` sessions and resetting each, minus before, divided by the count.
+
+Usage::
+
+    python benchmarks/env_throughput.py --sessions 1000 --seconds 10
+    python benchmarks/env_throughput.py --sessions 1 100 1000 10000 --seconds 10 --workloads cached fresh
+
+Prints a table, then one JSON line: ``ours``/``baseline``/``ratio`` are steps/s at the largest
+session count both servers ran on the first workload (ratio = ours / baseline, higher is better),
+plus every measured row and the memory figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from env_server.cli import free_port, wait_healthy  # noqa: E402
+from env_server.problems import load_problem_source  # noqa: E402
+
+MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
+OPEN_CONCURRENCY = 256  # connections/sessions being opened at once (both servers)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@contextmanager
+def server(kind: str, problems: str | None, workers: int, max_sessions: int):
+    """Start one server process; yield ``(http_url, pid)``; stop it with SIGTERM."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if kind == "ours":
+        cmd = [sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--log-level", "warning",
+               "--grading-workers", str(workers), "--max-sessions", str(max_sessions),
+               "--max-sessions-per-connection", str(max_sessions)]
+        if problems:
+            cmd += ["--problems", problems]
+    else:
+        env.update(MATHDEBATE_REF_PROBLEMS=problems or "", MATHDEBATE_REF_WORKERS=str(workers),
+                   MATHDEBATE_REF_MAX_ENVS=str(max_sessions))
+        cmd = [sys.executable, "-m", "uvicorn", "benchmarks.openenv_reference:app", "--port", str(port),
+               "--log-level", "warning"]
+    log = tempfile.NamedTemporaryFile(prefix=f"bench-{kind}-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, timeout_s=120, process=process)
+        yield url, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+        print(f"  ({kind} server log: {log.name})", file=sys.stderr)
+
+
+def rss_kb(pid: int) -> int:
+    """Resident set size of one process, KiB (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+@dataclass
+class Workload:
+    """What the sessions answer: ``next_episode()`` -> (problem_id, solver text, judge text)."""
+
+    name: str
+    problems: str | None
+    next_episode: Callable[[], tuple[str, str, str]]
+    think_s: float = 0.0  # mean pause after each reply (a policy generating its next turn)
+
+    async def think(self) -> None:
+        if self.think_s:
+            await asyncio.sleep(random.uniform(0.5, 1.5) * self.think_s)
+
+
+def make_workload(name: str) -> Workload:
+    if name == "cached":
+        source = load_problem_source(None)
+        episodes = [(p.problem_id, p.answer) for p in (source.by_seed(i) for i in range(64))]
+        cycle = itertools.cycle(episodes)
+
+        def cached() -> tuple[str, str, str]:
+            problem_id, answer = next(cycle)
+            text = f"The answer is \\boxed{{{answer}}}."
+            return problem_id, text, text
+
+        return Workload(name, None, cached)
+    if name == "fresh":
+        source = load_problem_source(str(MATH500))
+        ids = itertools.cycle([source.by_seed(i).problem_id for i in range(500)])
+        counter = itertools.count(1_000_003)
+
+        def fresh() -> tuple[str, str, str]:
+            return (next(ids), f"So \\boxed{{\\frac{{{next(counter)}}}{{97}}}}.",
+                    f"Final: \\boxed{{\\frac{{{next(counter)}}}{{89}}}}.")
+
+        return Workload(name, str(MATH500), fresh)
+    raise ValueError(f"unknown workload {name!r}")
+
+
+VERDICT = "The derivation holds. VERDICT: CORRECT"
+
+
+@dataclass
+class Tally:
+    """Counts and latencies inside the measured window."""
+
+    measuring: bool = False
+    steps: int = 0
+    episodes: int = 0
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+
+    def step_done(self, seconds: float) -> None:
+        if self.measuring:
+            self.steps += 1
+            self.latencies_ms.append(seconds * 1000)
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 3:
+            self.error_samples.append(what[:200])
+
+
+# --------------------------------------------------------------------------- ours: /ws/mux
+
+
+class MuxConnection:
+    """A minimal /ws/mux client (raw frames, RFC 0001): request ids -> futures, pushed
+    ``rewards`` frames -> per-session futures. Kept as lean as the OpenEnv loop below so the
+    load generator costs both servers alike."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.ids = itertools.count()
+        self.pending: dict[int, asyncio.Future] = {}
+        self.rewards: dict[str, asyncio.Future] = {}
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                frame = orjson.loads(raw)
+                request_id = frame.get("request_id")
+                if request_id is None:
+                    if frame["type"] == "rewards":
+                        waiter = self.rewards.pop(frame["session_id"], None)
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(frame)
+                    continue
+                future = self.pending.pop(request_id, None)
+                if future is not None and not future.done():
+                    future.set_result(frame)
+        except Exception as exc:  # connection lost: fail every waiter
+            for future in [*self.pending.values(), *self.rewards.values()]:
+                if not future.done():
+                    future.set_exception(ConnectionError(str(exc)))
+
+    async def request(self, type_: str, session_id: str | None = None, data: Any = None) -> dict:
+        request_id = next(self.ids)
+        future = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = future
+        frame: dict[str, Any] = {"type": type_, "request_id": request_id}
+        if session_id is not None:
+            frame["session_id"] = session_id
+        if data is not None:
+            frame["data"] = data
+        await self.ws.send(orjson.dumps(frame).decode())
+        return await future
+
+
+async def mux_session(conn: MuxConnection, workload: Workload, tally: Tally, opened: asyncio.Event,
+                      go: asyncio.Event, stop: asyncio.Event, ready: list[int]) -> None:
+    reply = await conn.request("open")
+    session_id = reply["session_id"]
+    ready[0] += 1
+    if ready[0] == ready[1]:
+        opened.set()
+    await go.wait()
+    while not stop.is_set():
+        problem_id, solver, judge = workload.next_episode()
+        reply = await conn.request("reset", session_id, {"problem_id": problem_id})
+        if reply["type"] != "observation":
+            tally.error(str(reply))
+            continue
+        graded = asyncio.get_running_loop().create_future()
+        conn.rewards[session_id] = graded
+        ok = True
+        for role, content in (("solver", solver), ("verifier", VERDICT), ("judge", judge)):
+            start = time.perf_counter()
+            reply = await conn.request("step", session_id, {"role": role, "content": content})
+            if reply["type"] != "observation":
+                tally.error(str(reply))
+                ok = False
+                break
+            tally.step_done(time.perf_counter() - start)
+            if reply["data"]["done"]:
+                break
+            await workload.think()
+        if ok:
+            await graded
+            if tally.measuring:
+                tally.episodes += 1
+        else:
+            conn.rewards.pop(session_id, None)
+
+
+async def run_ours(url: str, sessions: int, connections: int, workload: Workload, seconds: float) -> Tally:
+    ws_url = url.replace("http", "ws") + "/ws/mux"
+    conns = [MuxConnection(await connect(ws_url, max_size=None, compression=None, open_timeout=60,
+                                         ping_interval=None)) for _ in range(min(connections, sessions))]
+    tally, opened, go, stop = Tally(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+    ready = [0, sessions]
+    gate = asyncio.Semaphore(OPEN_CONCURRENCY)
+
+    async def one(i: int) -> None:
+        async with gate:
+            pass
+        await mux_session(conns[i % len(conns)], workload, tally, opened, go, stop, ready)
+
+    tasks = [asyncio.create_task(one(i)) for i in range(sessions)]
+    await measure(tally, opened, go, stop, seconds, tasks)
+    for conn in conns:
+        await conn.ws.close()
+        conn.reader.cancel()
+    return tally
+
+
+# --------------------------------------------------------------------------- OpenEnv: /ws
+
+
+async def openenv_session(url: str, workload: Workload, tally: Tally, opened: asyncio.Event, go: asyncio.Event,
+                          stop: asyncio.Event, ready: list[int], gate: asyncio.Semaphore) -> None:
+    async with gate:
+        ws = await connect(url.replace("http", "ws") + "/ws", max_size=None, compression=None, open_timeout=120,
+                           ping_interval=None)
+        # the session (and its Environment) exists after the first message: reset once to open it
+        problem_id, _, _ = workload.next_episode()
+        await ws.send(orjson.dumps({"type": "reset", "data": {"problem_id": problem_id}}).decode())
+        first = orjson.loads(await ws.recv())
+    ready[0] += 1
+    if ready[0] == ready[1]:
+        opened.set()
+    if first["type"] != "observation":
+        tally.error(str(first))
+        await ws.close()
+        return
+    await go.wait()
+    try:
+        while not stop.is_set():
+            problem_id, solver, judge = workload.next_episode()
+            await ws.send(orjson.dumps({"type": "reset", "data": {"problem_id": problem_id}}).decode())
+            reply = orjson.loads(await ws.recv())
+            if reply["type"] != "observation":
+                tally.error(str(reply))
+                continue
+            for role, content in (("solver", solver), ("verifier", VERDICT), ("judge", judge)):
+                start = time.perf_counter()
+                await ws.send(orjson.dumps({"type": "step", "data": {"role": role, "content": content}}).decode())
+                reply = orjson.loads(await ws.recv())
+                if reply["type"] != "observation":
+                    tally.error(str(reply))
+                    break
+                tally.step_done(time.perf_counter() - start)
+                if reply["data"]["done"]:
+                    if tally.measuring:
+                        tally.episodes += 1
+                    break
+                await workload.think()
+    finally:
+        await ws.close()
+
+
+async def run_openenv(url: str, sessions: int, workload: Workload, seconds: float) -> Tally:
+    tally, opened, go, stop = Tally(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+    ready = [0, sessions]
+    gate = asyncio.Semaphore(OPEN_CONCURRENCY)
+    tasks = [asyncio.create_task(openenv_session(url, workload, tally, opened, go, stop, ready, gate))
+             for _ in range(sessions)]
+    await measure(tally, opened, go, stop, seconds, tasks)
+    return tally
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+async def measure(tally: Tally, opened: asyncio.Event, go: asyncio.Event, stop: asyncio.Event, seconds: float,
+                  tasks: list[asyncio.Task]) -> None:
+    """Open every session, warm up briefly, count inside a ``seconds`` window, then stop."""
+    waiter = asyncio.create_task(opened.wait())
+    done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED, timeout=600)
+    if waiter not in done:
+        failed = [t for t in done if t is not waiter and t.exception() is not None]
+        if failed:
+            tally.error(f"session failed while opening: {failed[0].exception()!r}")
+        elif not done:
+            tally.error("sessions did not open within 600 s")
+        await asyncio.wait_for(opened.wait(), timeout=600) if not failed else None
+    go.set()
+    await asyncio.sleep(min(2.0, seconds / 4))  # warm-up, not counted
+    tally.measuring = True
+    tally.window_start = time.perf_counter()  # type: ignore[attr-defined]
+    await asyncio.sleep(seconds)
+    tally.measuring = False
+    tally.window = time.perf_counter() - tally.window_start  # type: ignore[attr-defined]
+    stop.set()
+    _, pending = await asyncio.wait(tasks, timeout=60)
+    for task in pending:
+        task.cancel()
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            tally.error(repr(task.exception()))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Row:
+    server: str
+    workload: str
+    sessions: int
+    steps_per_s: float
+    episodes_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def row_of(server_name: str, workload: str, sessions: int, tally: Tally) -> Row:
+    window = getattr(tally, "window", 1.0)
+    return Row(server_name, workload, sessions, round(tally.steps / window, 1), round(tally.episodes / window, 1),
+               round(percentile(tally.latencies_ms, 0.5), 2), round(percentile(tally.latencies_ms, 0.99), 2),
+               tally.errors)
+
+
+async def idle_memory(url: str, pid: int, kind: str, count: int, connections: int) -> float:
+    """KiB of server RSS per idle session (opened and reset, then left alone)."""
+    workload = make_workload("cached")
+    await asyncio.sleep(1.0)
+    before = rss_kb(pid)
+    keep: list[Any] = []
+    gate = asyncio.Semaphore(OPEN_CONCURRENCY)
+    if kind == "ours":
+        ws_url = url.replace("http", "ws") + "/ws/mux"
+        conns = [MuxConnection(await connect(ws_url, max_size=None, compression=None, ping_interval=None))
+                 for _ in range(connections)]
+
+        async def one(i: int) -> None:
+            async with gate:
+                conn = conns[i % len(conns)]
+                session_id = (await conn.request("open"))["session_id"]
+                await conn.request("reset", session_id, {"problem_id": workload.next_episode()[0]})
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+        keep = conns
+    else:
+        async def one(i: int) -> None:
+            async with gate:
+                ws = await connect(url.replace("http", "ws") + "/ws", max_size=None, compression=None,
+                                   ping_interval=None, open_timeout=120)
+                await ws.send(orjson.dumps({"type": "reset", "data": {"problem_id": workload.next_episode()[0]}}).decode())
+                await ws.recv()
+                keep.append(ws)
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+    await asyncio.sleep(1.0)
+    after = rss_kb(pid)
+    for item in keep:
+        ws = item.ws if isinstance(item, MuxConnection) else item
+        await ws.close()
+    return (after - before) / count
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 100, 1000])
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured window per row")
+    parser.add_argument("--workloads", nargs="+", choices=["cached", "fresh"], default=["cached", "fresh"])
+    parser.add_argument("--connections", type=int, default=4, help="our WebSocket connections")
+    parser.add_argument("--servers", nargs="+", choices=["ours", "openenv"], default=["ours", "openenv"])
+    parser.add_argument("--baseline-max-sessions", type=int, default=10_000,
+                        help="skip the OpenEnv baseline above this many sessions")
+    parser.add_argument("--grading-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    parser.add_argument("--idle-sessions", type=int, default=1000, help="0 skips the memory measurement")
+    parser.add_argument("--think-ms", type=float, default=0.0,
+                        help="mean pause of each session after each reply (0: closed loop, as fast as possible); "
+                             "with many sessions this holds them open at a steady offered load")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per row; the median is reported")
+    args = parser.parse_args(argv)
+
+    rows: list[Row] = []
+    memory: dict[str, float] = {}
+    # closed sessions linger for the resume window (ours): room for every session of a run
+    max_sessions = sum(args.sessions) * args.repeats + args.idle_sessions + 100
+    for workload_name in args.workloads:
+        for server_name in args.servers:
+            workload = make_workload(workload_name)
+            workload.think_s = args.think_ms / 1000
+            with server(server_name, workload.problems, args.grading_workers, max_sessions) as (url, pid):
+                if workload_name == args.workloads[0] and args.idle_sessions:
+                    memory[server_name] = round(asyncio.run(
+                        idle_memory(url, pid, server_name, args.idle_sessions, args.connections)), 2)
+                for sessions in args.sessions:
+                    if server_name == "openenv" and sessions > args.baseline_max_sessions:
+                        continue
+                    runs = []
+                    for _ in range(args.repeats):
+                        if server_name == "ours":
+                            tally = asyncio.run(run_ours(url, sessions, args.connections, workload, args.seconds))
+                        else:
+                            tally = asyncio.run(run_openenv(url, sessions, workload, args.seconds))
+                        runs.append(row_of(server_name, workload_name, sessions, tally))
+                        if tally.error_samples:
+                            print(f"  errors ({server_name}, {workload_name}, {sessions}): {tally.error_samples}",
+                                  file=sys.stderr)
+                    row = sorted(runs, key=lambda r: r.steps_per_s)[len(runs) // 2]
+                    rows.append(row)
+                    print(f"{row.server:8} {row.workload:7} {row.sessions:6d} sessions: {row.steps_per_s:9.1f} steps/s "
+                          f"p50 {row.p50_ms:8.2f} ms  p99 {row.p99_ms:8.2f} ms  errors {row.errors}", flush=True)
+
+    print()
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+          f"grading workers {args.grading_workers}; our connections {args.connections}; window {args.seconds:.0f} s; "
+          f"think {args.think_ms:g} ms")
+    print("| workload | sessions | ours steps/s | OpenEnv steps/s | ratio | ours episodes/s | OpenEnv episodes/s "
+          "| ours p50/p99 ms | OpenEnv p50/p99 ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    summary: dict[str, Any] = {}
+    for workload_name, sessions in itertools.product(args.workloads, args.sessions):
+        ours = next((r for r in rows if r.server == "ours" and r.workload == workload_name and r.sessions == sessions), None)
+        base = next((r for r in rows if r.server == "openenv" and r.workload == workload_name and r.sessions == sessions), None)
+        ratio = round(ours.steps_per_s / base.steps_per_s, 2) if ours and base and base.steps_per_s else None
+        fmt = lambda r: f"{r.steps_per_s:.0f}" if r else "-"  # noqa: E731
+        lat = lambda r: f"{r.p50_ms:.1f} / {r.p99_ms:.1f}" if r else "-"  # noqa: E731
+        eps = lambda r: f"{r.episodes_per_s:.0f}" if r else "-"  # noqa: E731
+        print(f"| {workload_name} | {sessions} | {fmt(ours)} | {fmt(base)} | {ratio if ratio else '-'} "
+              f"| {eps(ours)} | {eps(base)} | {lat(ours)} | {lat(base)} |")
+        if ours and base and workload_name == args.workloads[0]:
+            summary = {"ours": ours.steps_per_s, "baseline": base.steps_per_s, "ratio": ratio, "sessions": sessions,
+                       "workload": workload_name}
+    if memory:
+        print(f"memory per idle session ({args.idle_sessions} sessions): "
+              + ", ".join(f"{k} {v:.1f} KiB" for k, v in memory.items()))
+    result = {**summary, "unit": "steps/s", "think_ms": args.think_ms, "memory_kib_per_idle_session": memory,
+              "rows": [asdict(r) for r in rows]}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
