@@ -7,6 +7,7 @@ mathematics (that is the grader's job, in worker processes).
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from functools import lru_cache
 from typing import Literal
 
@@ -91,3 +92,28 @@ def _normalize(answer: str) -> str:
 
 
 _normalize_cached = lru_cache(maxsize=16384)(_normalize)
+
+_RATIONAL = re.compile(r"(-?)(?:(\d{1,60})|\\frac\{(-?\d{1,60})\}\{(\d{1,60})\})")
+
+
+def exact_rational(answer: str) -> Fraction | None:
+    """The value of an answer written as a plain integer or integer fraction, else ``None``.
+
+    Accepts, after :func:`normalize_answer`, exactly ``-?digits`` and ``-?\\frac{-?digits}{digits}``
+    (``\\dfrac``/``\\tfrac`` included), at most 60 digits per number, non-zero denominator.
+    Anything else (decimals, percent, units, thousands separators, expressions) is ``None``, so
+    the grader's symbolic path decides it. For two such answers math-verify's verdict is exact
+    rational equality (the 60-digit rule of the grading policies), which this lets the grader
+    decide without a worker.
+    """
+    match = _RATIONAL.fullmatch(normalize_answer(answer))
+    if match is None:
+        return None
+    sign, integer, numerator, denominator = match.groups()
+    if integer is not None:
+        value = Fraction(int(integer))
+    else:
+        if int(denominator) == 0:
+            return None
+        value = Fraction(int(numerator), int(denominator))
+    return -value if sign else value

@@ -4,7 +4,8 @@ Flow of one grade (``Grader.grade``):
 
 1. no boxed answer -> ``missing_final_answer``; an answer over ``max_answer_chars`` ->
    ``unparseable_answer`` (never sent to a worker);
-2. exact fast path: equal normal forms (``answers.normalize_answer``) -> correct;
+2. exact fast paths: equal normal forms (``answers.normalize_answer``) -> correct; both
+   plain integers or integer fractions (``answers.exact_rational``) -> compared exactly;
 3. verdict cache (LRU, keyed by a digest of gold and answer) and in-flight de-duplication;
 4. a worker process runs :func:`env_server.grading_worker.grade_answer` (math-verify, with
    its own soft timeouts); pebble kills a worker that runs past ``hard_timeout_s``, starts a
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
-from env_server.answers import normalize_answer
+from env_server.answers import exact_rational, normalize_answer
 from env_server.markers import ErrorKind
 
 __all__ = ["Grade", "GradingConfig", "Grader", "GradeCache"]
@@ -71,7 +72,9 @@ class Grade:
         error_kind: ``None``, or one of ``missing_final_answer``, ``unparseable_answer``,
             ``grading_timeout`` (a wrong but parsed answer has ``None`` here; the reward
             builder marks it ``wrong_answer``).
-        source: how it was decided: ``"rule"``, ``"exact"``, ``"cache"`` or ``"worker"``.
+        source: how it was decided: ``"rule"``, ``"exact"`` (equal normal forms),
+            ``"numeric"`` (both plain integers or integer fractions, compared exactly),
+            ``"cache"`` or ``"worker"``.
     """
 
     correct: bool
@@ -128,7 +131,7 @@ class Grader:
     def __init__(self, config: GradingConfig | None = None) -> None:
         self.config = config or GradingConfig()
         self.cache = GradeCache(self.config.cache_size)
-        #: counters: ``requests``, ``rule``/``exact``/``cache``/``worker`` (how each grade was
+        #: counters: ``requests``, ``rule``/``exact``/``numeric``/``cache``/``worker`` (how each grade was
         #: decided), ``deduplicated``, ``timeouts``, ``worker_deaths``, ``pool_restarts``,
         #: ``kind:<error_kind>``.
         self.stats: Counter[str] = Counter()
@@ -183,6 +186,8 @@ class Grader:
             grade = Grade(False, ErrorKind.UNPARSEABLE_ANSWER, "rule")
         elif normalize_answer(answer) == normalize_answer(gold):
             grade = Grade(True, None, "exact")
+        elif (gold_value := exact_rational(gold)) is not None and (value := exact_rational(answer)) is not None:
+            grade = Grade(gold_value == value, None, "numeric")
         else:
             cached = self.cache.get(GradeCache.key(gold, answer))
             if cached is None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import random
+from fractions import Fraction
 
 import pytest
 
-from env_server.answers import last_boxed, normalize_answer
+from env_server.answers import exact_rational, last_boxed, normalize_answer
 from env_server.grading_worker import grade_answer
 
 POLICIES = [
@@ -118,3 +119,28 @@ def test_math500_mismatched_pairs_are_all_incorrect(math500_path) -> None:
         pairs.append((gold_row["answer"], answer))
     matched = [(g, a) for g, a in pairs if grade_answer(g, a)[0]]
     assert matched == []
+
+
+@pytest.mark.parametrize("text, value", [
+    ("42", Fraction(42)), ("-7", Fraction(-7)), (r"\frac{2}{4}", Fraction(1, 2)), (r"-\dfrac{3}{9}", Fraction(-1, 3)),
+    (r"\frac{-3}{4}", Fraction(-3, 4)), (r" \tfrac{10} {5} ", Fraction(2)),
+    ("0.5", None), (r"28\%", None), ("1,000", None), (r"\frac{1}{0}", None), (r"2\sqrt{2}", None), ("x", None),
+    ("1" * 61, None),
+])
+def test_exact_rational_reads_only_plain_integers_and_fractions(text: str, value) -> None:
+    assert exact_rational(text) == value
+
+
+def test_numeric_fast_path_agrees_with_math_verify_on_math500(math500_path) -> None:
+    """Every MATH-500 pair the grader decides without a worker (both answers plain integers or
+    integer fractions) gets math-verify's verdict: matching and mismatched pairs."""
+    answers = [json.loads(line)["answer"] for line in math500_path.read_text().splitlines() if line.strip()]
+    rational = [a for a in answers if exact_rational(a) is not None]
+    assert len(rational) > 150  # most MATH-500 answers are numbers: the fast path matters
+    rng = random.Random(0)
+    pairs = [(gold, rng.choice(rational)) for gold in rational[:120]]
+    pairs += [(gold, rf"\frac{{{2 * int(exact_rational(gold).numerator)}}}{{{2 * exact_rational(gold).denominator}}}")
+              for gold in rational[:40]]
+    for gold, answer in pairs:
+        fast = exact_rational(gold) == exact_rational(answer)
+        assert grade_answer(gold, answer)[0] == fast, (gold, answer)

@@ -1,0 +1,150 @@
+"""Grading throughput: mathdebate's grader against math-verify called directly.
+
+Baseline (the named one): math-verify 0.9.0 end to end in this process, one check at a time:
+``verify(parse("\\boxed{gold}"), parse(response))``, the usage its README gives.
+Ours: the env server's path for one turn: ``answers.last_boxed(response)`` then
+``Grader.grade(gold, answer)`` (rules and the exact path in the event loop, then the verdict
+cache, then math-verify in worker processes with gold parsing cached per worker), all checks of
+a workload submitted concurrently, as a busy server does. A fresh grader (cold verdict cache)
+per run, so no check is answered from an earlier run.
+
+Workloads, from MATH-500 (``../shared/data/math500.jsonl``):
+- ``short``: short boxed responses ``So the final answer is $\\boxed{...}$``, one with the
+  problem's own answer and one with another problem's answer per problem (1,000, shuffled);
+- ``solutions``: every reference solution against its own answer (500);
+- ``mismatched``: every reference solution against another problem's answer (500).
+
+Reported per workload: checks/s for the baseline, our single worker and our pool (median of
+``--repeats`` runs), the ratio ours/baseline (higher is better), how our grades were decided
+(exact path / cache / worker) and every verdict that differs from math-verify's, to compare with
+the documented policies (README, "Grading policies").
+
+Usage: ``python benchmarks/grading.py [--repeats 3] [--workers N]``. Prints a table and, last,
+one JSON line (``ours``/``baseline``/``ratio`` are the ``short`` workload with the pool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from math_verify import parse, verify  # noqa: E402
+
+from env_server.answers import last_boxed  # noqa: E402
+from env_server.grading import Grader, GradingConfig  # noqa: E402
+
+MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
+
+
+def load_workloads(path: Path, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """``name -> [(gold, response)]``."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rng = random.Random(seed)
+    others = list(range(len(rows)))
+    rng.shuffle(others)
+    # a derangement-ish pairing: another problem whose answer differs as a string
+    mismatch = {}
+    for i, row in enumerate(rows):
+        j = others[i]
+        while rows[j]["answer"].strip() == row["answer"].strip():
+            j = (j + 1) % len(rows)
+        mismatch[i] = rows[j]["answer"]
+    short = [(r["answer"], f"So the final answer is $\\boxed{{{r['answer']}}}$.") for r in rows]
+    short += [(r["answer"], f"So the final answer is $\\boxed{{{mismatch[i]}}}$.") for i, r in enumerate(rows)]
+    rng.shuffle(short)
+    return {
+        "short": short,
+        "solutions": [(r["answer"], r["solution"]) for r in rows],
+        "mismatched": [(r["answer"], r["solution"].replace(last_boxed(r["solution"]) or "", mismatch[i]))
+                       for i, r in enumerate(rows)],
+    }
+
+
+def run_baseline(pairs: list[tuple[str, str]]) -> tuple[float, list[bool]]:
+    """math-verify end to end, sequential: (checks/s, verdicts)."""
+    verdicts = []
+    start = time.perf_counter()
+    for gold, response in pairs:
+        try:
+            verdicts.append(bool(verify(parse(f"\\boxed{{{gold}}}"), parse(response))))
+        except Exception:
+            verdicts.append(False)
+    return len(pairs) / (time.perf_counter() - start), verdicts
+
+
+async def _run_ours(pairs: list[tuple[str, str]], workers: int) -> tuple[float, list[bool], dict[str, int]]:
+    grader = Grader(GradingConfig(workers=workers))
+    await grader.start()  # starts and warms the workers (not timed: a server does it once)
+    try:
+        baseline_stats = dict(grader.stats)
+        start = time.perf_counter()
+        grades = await asyncio.gather(*(grader.grade(gold, last_boxed(response)) for gold, response in pairs))
+        rate = len(pairs) / (time.perf_counter() - start)
+        sources = {k: v - baseline_stats.get(k, 0) for k, v in grader.stats.items()
+                   if k in ("exact", "numeric", "cache", "worker", "rule", "deduplicated", "timeouts")}
+        return rate, [g.correct for g in grades], sources
+    finally:
+        grader.close()
+
+
+def run_ours(pairs: list[tuple[str, str]], workers: int) -> tuple[float, list[bool], dict[str, int]]:
+    return asyncio.run(_run_ours(pairs, workers))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pool size")
+    parser.add_argument("--problems", type=Path, default=MATH500)
+    args = parser.parse_args(argv)
+
+    workloads = load_workloads(args.problems)
+    results = {}
+    print(f"{'workload':11} {'checks':>6} {'math-verify/s':>14} {'ours 1 worker/s':>16} {'ours pool/s':>12} "
+          f"{'ratio 1w':>9} {'ratio pool':>11}  decided by (pool)   verdicts differing")
+    for name, pairs in workloads.items():
+        base_runs, single_runs, pool_runs = [], [], []
+        for _ in range(args.repeats):
+            rate, base_verdicts = run_baseline(pairs)
+            base_runs.append(rate)
+            rate, _, _ = run_ours(pairs, 1)
+            single_runs.append(rate)
+            rate, our_verdicts, sources = run_ours(pairs, args.workers)
+            pool_runs.append(rate)
+        base, single, pool = (statistics.median(r) for r in (base_runs, single_runs, pool_runs))
+        differ = [(gold, last_boxed(resp), b, o)
+                  for (gold, resp), b, o in zip(pairs, base_verdicts, our_verdicts) if b != o]
+        results[name] = {
+            "checks": len(pairs), "baseline": round(base, 1), "ours_single_worker": round(single, 1),
+            "ours": round(pool, 1), "ratio_single_worker": round(single / base, 2), "ratio": round(pool / base, 2),
+            "decided_by": sources, "differing_verdicts": len(differ),
+            "differing_examples": [{"gold": g, "answer": a, "math_verify": b, "ours": o} for g, a, b, o in differ[:8]],
+        }
+        r = results[name]
+        print(f"{name:11} {len(pairs):6d} {base:14.1f} {single:16.1f} {pool:12.1f} {r['ratio_single_worker']:9.2f} "
+              f"{r['ratio']:11.2f}  {sources}   {len(differ)}", flush=True)
+        for example in r["differing_examples"]:
+            print(f"    differs: gold {example['gold']!r} answer {example['answer']!r}: "
+                  f"math-verify {example['math_verify']}, ours {example['ours']}")
+
+    print(f"\nmachine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+          f"pool {args.workers} workers; median of {args.repeats} runs")
+    short = results["short"]
+    print(json.dumps({"ours": short["ours"], "baseline": short["baseline"], "ratio": short["ratio"],
+                      "unit": "checks/s", "workload": "short", "workloads": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
