@@ -1,0 +1,242 @@
+"""GiGPO: group-in-group advantages without a critic.
+
+Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978):
+
+- Eq. 3, episode level: rollouts of the same prompt form a group; ``A^E = R − mean(group)``
+  (``mean_norm``) or ``(R − mean) / std`` (``mean_std_norm``), one value per trajectory.
+- Eq. 5, step returns: ``R_t = r_t + γ·R_{t+1}``.
+- Eq. 6, anchor-state groups: steps of the same prompt's rollouts whose observations are
+  identical (or, with a similarity threshold, similar) form a cluster.
+- Eq. 7, step level: ``A^S = R_t − mean(cluster)`` (or divided by the std); a singleton cluster
+  gives 0.
+- Eq. 8: ``A = A^E + ω·A^S``.
+
+numpy only; float64 inside, float32 out. The trainer applies it per debate turn and spreads the
+result over each turn's tokens through the role spans (``role_mapping.token_tensors``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+__all__ = [
+    "NormMode",
+    "episode_advantages",
+    "discounted_returns",
+    "anchor_state_groups",
+    "step_advantages",
+    "combine",
+    "GiGPOTrajectory",
+    "gigpo_advantages",
+]
+
+NormMode = Literal["mean_norm", "mean_std_norm"]
+
+
+def _normalize_groups(values: np.ndarray, group_ids: Sequence[Hashable], mode: str, eps: float) -> np.ndarray:
+    if mode not in ("mean_norm", "mean_std_norm"):
+        raise ValueError(f"mode must be 'mean_norm' or 'mean_std_norm', got {mode!r}")
+    if len(group_ids) != len(values):
+        raise ValueError(f"{len(values)} values for {len(group_ids)} group ids")
+    out = np.zeros(len(values), dtype=np.float64)
+    members: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        members.setdefault(g, []).append(i)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue  # a lone member has no baseline: advantage 0
+        v = values[idx]
+        centred = v - v.mean()
+        if mode == "mean_std_norm":
+            std = v.std()  # population std, as the paper's F_norm
+            centred = centred / (std + eps) if std > 0 else np.zeros_like(centred)
+        out[idx] = centred
+    return out
+
+
+def episode_advantages(returns: Sequence[float] | np.ndarray, group_ids: Sequence[Hashable],
+                       mode: NormMode = "mean_norm", eps: float = 1e-6) -> np.ndarray:
+    """Eq. 3: episode-level advantages.
+
+    Args:
+        returns: ``(N,)`` total return of each trajectory.
+        group_ids: length ``N``; trajectories of the same prompt share an id.
+        mode: ``mean_norm`` (``R − mean``) or ``mean_std_norm`` (``(R − mean) / (std + eps)``,
+            population std; a zero-std group gives 0).
+        eps: added to the std.
+
+    Returns:
+        ``(N,)`` float32; a trajectory alone in its group gets 0.
+
+    Raises:
+        ValueError: lengths differ, or an unknown mode.
+    """
+    return _normalize_groups(np.asarray(returns, dtype=np.float64), group_ids, mode, eps).astype(np.float32)
+
+
+def discounted_returns(step_rewards: Sequence[float | None], gamma: float, default: float = 0.0) -> np.ndarray:
+    """Eq. 5: ``R_t = r_t + γ·R_{t+1}`` over one trajectory's steps.
+
+    Args:
+        step_rewards: ``(K,)`` rewards ``r_t``; ``None`` (no reward given) counts as ``default``.
+        gamma: discount, in ``[0, 1]``.
+        default: the reward of a ``None`` step.
+
+    Returns:
+        ``(K,)`` float32 returns.
+
+    Raises:
+        ValueError: ``gamma`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    out = np.zeros(len(step_rewards), dtype=np.float64)
+    running = 0.0
+    for t in range(len(step_rewards) - 1, -1, -1):
+        r = step_rewards[t]
+        running = (default if r is None else float(r)) + gamma * running
+        out[t] = running
+    return out.astype(np.float32)
+
+
+def anchor_state_groups(group_ids: Sequence[Hashable], observations: Sequence[str],
+                        similarity_threshold: float | None = None) -> np.ndarray:
+    """Eq. 6: cluster steps by anchor state within each prompt group.
+
+    Args:
+        group_ids: ``(K,)`` the prompt group of each step's trajectory.
+        observations: ``(K,)`` what each step's actor observed (text).
+        similarity_threshold: ``None``: identical observations only. A value in ``(0, 1]``:
+            a step joins the first cluster (of its group, in order of appearance) whose first
+            observation has ``difflib.SequenceMatcher`` ratio ``>= threshold`` with its own.
+
+    Returns:
+        ``(K,)`` int64 cluster ids; steps of different groups never share a cluster.
+
+    Raises:
+        ValueError: lengths differ, or a threshold outside ``(0, 1]``.
+    """
+    if len(group_ids) != len(observations):
+        raise ValueError(f"{len(group_ids)} group ids for {len(observations)} observations")
+    if similarity_threshold is not None and not 0.0 < similarity_threshold <= 1.0:
+        raise ValueError(f"similarity_threshold must be in (0, 1], got {similarity_threshold}")
+    ids = np.zeros(len(observations), dtype=np.int64)
+    exact: dict[tuple[Hashable, str], int] = {}
+    representatives: dict[Hashable, list[tuple[str, int]]] = {}
+    next_id = 0
+    for i, (group, observation) in enumerate(zip(group_ids, observations)):
+        key = (group, observation)
+        if key in exact:
+            ids[i] = exact[key]
+            continue
+        cluster = None
+        if similarity_threshold is not None:
+            for text, cid in representatives.get(group, []):
+                if difflib.SequenceMatcher(None, text, observation).ratio() >= similarity_threshold:
+                    cluster = cid
+                    break
+        if cluster is None:
+            cluster, next_id = next_id, next_id + 1
+            representatives.setdefault(group, []).append((observation, cluster))
+        exact[key] = cluster
+        ids[i] = cluster
+    return ids
+
+
+def step_advantages(step_returns: Sequence[float] | np.ndarray, cluster_ids: Sequence[Hashable],
+                    mode: NormMode = "mean_norm", eps: float = 1e-6) -> np.ndarray:
+    """Eq. 7: ``A^S = R_t − mean(cluster)`` (or divided by the cluster's std).
+
+    Args:
+        step_returns: ``(K,)`` discounted returns (Eq. 5).
+        cluster_ids: ``(K,)`` anchor-state cluster of each step (Eq. 6).
+        mode, eps: as :func:`episode_advantages`.
+
+    Returns:
+        ``(K,)`` float32; a singleton cluster gives 0.
+
+    Raises:
+        ValueError: lengths differ, or an unknown mode.
+    """
+    return _normalize_groups(np.asarray(step_returns, dtype=np.float64), cluster_ids, mode, eps).astype(np.float32)
+
+
+def combine(episode_adv: Sequence[float] | np.ndarray, step_adv: Sequence[float] | np.ndarray,
+            step_trajectory: Sequence[int], omega: float = 1.0) -> np.ndarray:
+    """Eq. 8: ``A = A^E[trajectory of the step] + ω·A^S``.
+
+    Args:
+        episode_adv: ``(N,)`` per-trajectory advantages.
+        step_adv: ``(K,)`` per-step advantages.
+        step_trajectory: ``(K,)`` the trajectory index (into ``episode_adv``) of each step.
+        omega: weight of the step level.
+
+    Returns:
+        ``(K,)`` float32.
+
+    Raises:
+        ValueError: lengths differ, or a trajectory index out of range.
+    """
+    episode_adv = np.asarray(episode_adv, dtype=np.float64)
+    step_adv = np.asarray(step_adv, dtype=np.float64)
+    index = np.asarray(step_trajectory, dtype=np.int64)
+    if index.shape != step_adv.shape:
+        raise ValueError(f"{len(step_adv)} step advantages for {len(index)} trajectory indices")
+    if len(index) and (index.min() < 0 or index.max() >= len(episode_adv)):
+        raise ValueError("a step's trajectory index is out of range")
+    return (episode_adv[index] + omega * step_adv).astype(np.float32)
+
+
+@dataclass
+class GiGPOTrajectory:
+    """One rollout for :func:`gigpo_advantages`.
+
+    Attributes:
+        group_id: the prompt group.
+        episode_return: the trajectory's total return ``R`` (Eq. 3).
+        step_rewards: ``r_t`` per step (``None``: none given).
+        step_observations: the observation of each step (anchor state, Eq. 6).
+    """
+
+    group_id: Hashable
+    episode_return: float
+    step_rewards: list[float | None] = field(default_factory=list)
+    step_observations: list[str] = field(default_factory=list)
+
+
+def gigpo_advantages(trajectories: Sequence[GiGPOTrajectory], omega: float = 1.0, gamma: float = 0.95,
+                     mode: NormMode = "mean_norm", similarity_threshold: float | None = None,
+                     step_reward_default: float = 0.0) -> list[np.ndarray]:
+    """Eqs. 3, 5, 6, 7 and 8 together: per-step advantages of every trajectory.
+
+    Returns:
+        One float32 array per trajectory, of its number of steps.
+
+    Raises:
+        ValueError: a trajectory's rewards and observations differ in length, or as the parts.
+    """
+    for k, trajectory in enumerate(trajectories):
+        if len(trajectory.step_rewards) != len(trajectory.step_observations):
+            raise ValueError(f"trajectory {k}: {len(trajectory.step_rewards)} rewards for "
+                             f"{len(trajectory.step_observations)} observations")
+    a_e = episode_advantages([t.episode_return for t in trajectories], [t.group_id for t in trajectories], mode)
+    returns, groups, observations, owner = [], [], [], []
+    for k, trajectory in enumerate(trajectories):
+        returns.extend(discounted_returns(trajectory.step_rewards, gamma, step_reward_default))
+        groups.extend([trajectory.group_id] * len(trajectory.step_rewards))
+        observations.extend(trajectory.step_observations)
+        owner.extend([k] * len(trajectory.step_rewards))
+    clusters = anchor_state_groups(groups, observations, similarity_threshold)
+    a_s = step_advantages(np.asarray(returns, dtype=np.float64), clusters, mode)
+    combined = combine(a_e, a_s, owner, omega)
+    out, start = [], 0
+    for trajectory in trajectories:
+        n = len(trajectory.step_rewards)
+        out.append(combined[start:start + n])
+        start += n
+    return out
