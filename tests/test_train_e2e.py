@@ -144,3 +144,29 @@ def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tin
         server.wait(timeout=60)
     out = tmp_path / "qwen3-0.6b-full"
     assert (out / "metrics.jsonl").read_text().strip() and (out / "training.png").exists()
+
+
+def test_gigpo_with_a_user_reward_function_trains_two_steps(server_url, tiny_model_dir, tmp_path) -> None:
+    """Issue 5's end-to-end check: GiGPO advantages from a user reward function's step outputs,
+    composed with shaping and both extra loss channels, against the live server."""
+    from trainer_client.config import GiGPOConfig, RewardFunctionConfig
+
+    lines = train(server_url, tiny_model_dir, tmp_path / "gigpo", "full", advantage_estimator="gigpo",
+                  gigpo=GiGPOConfig(omega=1.0, gamma=0.9),
+                  reward_function=RewardFunctionConfig(path="reward_fns:boxed_steps", timeout_s=30))
+    assert [line["step"] for line in lines] == [1, 2]
+    for line in lines:
+        assert all(key in line for key in LOSS_KEYS)
+        assert line["reward_function/invalid_fraction"] == 0  # ran in its worker, every rollout scored
+        assert 0 < line["gigpo/anchor_fraction"] <= 1  # the first turn of a group is always shared
+        assert "reward_function/unaligned_step_outputs" in line
+
+
+def test_advantage_estimator_flag_and_bad_reward_function_fail_before_training(tmp_path) -> None:
+    from trainer_client.config import load_config
+
+    assert load_config(overrides={"advantage_estimator": "gigpo"}).advantage_estimator == "gigpo"
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        load_config(overrides={"advantage_estimator": "ppo"})
+    with pytest.raises(ValueError, match="no_such_module"):
+        load_config(overrides={"reward_function": {"path": "no_such_module:f"}})

@@ -135,6 +135,19 @@ def run_training(config, progress: bool = True) -> Path:
                                                 budget_per_step=config.replay.budget_per_step,
                                                 max_workers=config.replay.max_workers)
         pair_store = PairStore(config.replay.pairs_path or output_dir / "replay_pairs.jsonl")
+    reward_runner = ground_truth = None
+    if config.reward_function is not None:
+        from env_server.problems import load_problem_source
+        from trainer_client.reward_functions import RewardFunctionRunner
+
+        reward_runner = RewardFunctionRunner(config.reward_function.spec(), workers=config.reward_function.workers)
+        problems = load_problem_source(config.problems)
+
+        def ground_truth(problem_id: str) -> str | None:
+            try:
+                return problems.get(problem_id).answer
+            except Exception:  # the server serves problems this trainer's source lacks
+                return None
     trainer = DebateGRPOTrainer(
         model=model,
         args=args,
@@ -149,6 +162,11 @@ def run_training(config, progress: bool = True) -> Path:
         hints=hints,
         teacher_pool=teacher_pool,
         pair_store=pair_store,
+        advantage_estimator=config.advantage_estimator,
+        gigpo=config.gigpo,
+        reward_runner=reward_runner,
+        reward_use_score=config.reward_function.use_score if config.reward_function else True,
+        ground_truth=ground_truth,
     )
     if progress:
         trainer.remove_callback(ProgressCallback)
@@ -161,6 +179,8 @@ def run_training(config, progress: bool = True) -> Path:
     finally:
         if teacher_pool is not None:
             teacher_pool.close()
+        if reward_runner is not None:
+            reward_runner.close()
     trainer.save_model(str(output_dir / "final"))
     plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
     return output_dir
@@ -174,6 +194,8 @@ def _add_train_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--model", default=None, help="Hugging Face causal LM id or path, or 'tiny'")
+    parser.add_argument("--advantage-estimator", choices=["grpo", "gigpo"], default=None,
+                        help="per-role group normalisation (grpo, default) or GiGPO step-level credit (gigpo)")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, dotted (e.g. -o sdpo.token_clip=5 -o reward_shaping.strategy=difference_rewards)")
 
@@ -181,7 +203,8 @@ def _add_train_args(parser: argparse.ArgumentParser) -> None:
 def _train_config(args: argparse.Namespace):
     from trainer_client.config import load_config
 
-    flags = {"env_url": args.env_url, "max_steps": args.max_steps, "output_dir": args.output_dir, "model": args.model}
+    flags = {"env_url": args.env_url, "max_steps": args.max_steps, "output_dir": args.output_dir, "model": args.model,
+             "advantage_estimator": args.advantage_estimator}
     overrides = {k: v for k, v in flags.items() if v is not None}
     overrides.update(_overrides(args.override))
     return load_config(args.config, args.preset, overrides)

@@ -19,7 +19,7 @@ from env_server.models import Role
 from trainer_client.shaping import RewardShapingConfig
 from trainer_client.teachers import TeacherConfig
 
-__all__ = ["TrainConfig", "SDPOConfig", "ReplayConfig", "PRESETS", "load_config"]
+__all__ = ["TrainConfig", "SDPOConfig", "ReplayConfig", "GiGPOConfig", "RewardFunctionConfig", "PRESETS", "load_config"]
 
 #: Ablation presets: (alpha for SDPO, beta for trace-replay DPO).
 PRESETS: dict[str, tuple[float, float]] = {
@@ -89,6 +89,62 @@ class ReplayConfig(_Strict):
     pairs_path: str | None = None
 
 
+class GiGPOConfig(_Strict):
+    """GiGPO advantages (``advantage_estimator: gigpo``; Feng et al. 2025, arXiv 2505.10978).
+
+    Attributes:
+        omega: weight of the step-level advantage (Eq. 8).
+        gamma: discount of the step returns (Eq. 5).
+        mode: ``mean_norm`` (centre) or ``mean_std_norm`` (centre and divide by the std), both
+            levels (Eqs. 3, 7).
+        similarity_threshold: ``None``: anchor states are identical observations; a value in
+            ``(0, 1]`` also groups similar ones (Eq. 6).
+        step_reward_default: the reward of a step a user reward function left without one.
+    """
+
+    omega: float = Field(default=1.0, ge=0)
+    gamma: float = Field(default=0.95, ge=0, le=1)
+    mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
+    similarity_threshold: float | None = Field(default=None, gt=0, le=1)
+    step_reward_default: float = 0.0
+
+
+class RewardFunctionConfig(_Strict):
+    """A user reward function (:mod:`trainer_client.reward_functions`).
+
+    Attributes:
+        path: ``"package.module:function"``, importable by the trainer (checked when the
+            config loads).
+        mode: ``pointwise`` or ``batch``; decides over the decorator and the signature.
+        timeout_s: per call; default: the decorator's (10 s).
+        workers: worker processes running it.
+        use_score: a valid ``score`` replaces the episode reward ``G`` before shaping; an invalid
+            one keeps the server's reward.
+    """
+
+    path: str
+    mode: Literal["pointwise", "batch"] | None = None
+    timeout_s: float | None = Field(default=None, gt=0)
+    workers: int = Field(default=1, ge=1)
+    use_score: bool = True
+
+    @model_validator(mode="after")
+    def _importable(self) -> "RewardFunctionConfig":
+        from trainer_client.reward_functions import load_reward_function
+
+        try:
+            load_reward_function(self.path, self.mode, self.timeout_s)
+        except (ImportError, AttributeError, TypeError) as exc:
+            raise ValueError(f"reward_function.path {self.path!r}: {exc}") from None
+        return self
+
+    def spec(self):
+        """The :class:`~trainer_client.reward_functions.RewardFunctionSpec` it names."""
+        from trainer_client.reward_functions import load_reward_function
+
+        return load_reward_function(self.path, self.mode, self.timeout_s)
+
+
 class TrainConfig(_Strict):
     """``mathdebate train`` settings (see ``configs/`` for examples).
 
@@ -113,6 +169,10 @@ class TrainConfig(_Strict):
         reward_shaping: the role-mapped shaping strategy (missing: identity).
         scale_advantages: divide by the per-role group std (TRL's ``scale_rewards="group"``).
         sdpo, replay: the two extra loss channels.
+        advantage_estimator: ``grpo`` (group normalisation per role) or ``gigpo``
+            (episode- plus step-level group advantages, :mod:`trainer_client.gigpo`).
+        gigpo: GiGPO settings.
+        reward_function: an optional user reward function over the transcripts.
     """
 
     model: str = "tiny"
@@ -145,6 +205,9 @@ class TrainConfig(_Strict):
     scale_advantages: bool = True
     sdpo: SDPOConfig = Field(default_factory=SDPOConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    advantage_estimator: Literal["grpo", "gigpo"] = "grpo"
+    gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
+    reward_function: RewardFunctionConfig | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

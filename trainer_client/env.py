@@ -81,12 +81,14 @@ class TurnLog:
             rollout left unplayed).
         returned: for tool calls, the exact text the tool returned (what TRL put in the tool
             message), used to align completion segments with turns.
+        observation: the instructions the acting role was shown (the anchor state of GiGPO).
     """
 
     t: int
     role: Role
     source: str
     returned: str | None = None
+    observation: str | None = None
 
 
 _CLIENTS: dict[tuple[str, str | None], SyncMuxClient] = {}
@@ -237,8 +239,9 @@ class DebateEnvironment:
         self._log(result, role, source, None)
 
     def _log(self, result: StepResult, role: Role, source: str, returned: str | None) -> None:
+        seen = render_instructions(self._observation) if self._observation is not None else None
         self._observation = result.observation
-        self._turns.append(TurnLog(result.observation.t - 1, role, source, returned))
+        self._turns.append(TurnLog(result.observation.t - 1, role, source, returned, seen))
 
     def _with_session(self, call, may_reopen: bool = False):
         """Run ``call(session)``. After a dropped connection, reconnect (re-attaching the

@@ -36,12 +36,13 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from env_server.models import EpisodeRewards, Role
-from trainer_client.config import ReplayConfig, SDPOConfig
+from trainer_client.config import GiGPOConfig, ReplayConfig, SDPOConfig
 from trainer_client.forward import pack_responses, response_hidden, response_logits
 from trainer_client.losses import dpo_sigmoid_loss, masked_jsd_loss, sequence_logps
 from trainer_client.role_mapping import build_role_items, group_normalize, shape_items, token_tensors, turn_values
 from trainer_client.shaping import RewardShapingStrategy, get_strategy, shaping_metrics
 from trainer_client.spans import Segment, completion_segments, role_spans
+from trainer_client.step_credit import gigpo_turn_values, rollout_steps, step_rewards
 
 __all__ = ["DebateGRPOTrainer"]
 
@@ -65,6 +66,14 @@ class DebateGRPOTrainer(GRPOTrainer):
         teacher_pool: a :class:`~trainer_client.teachers.TeacherPool`; required when
             ``replay.beta > 0``.
         pair_store: a :class:`~trainer_client.pairs.PairStore`; required when ``replay.beta > 0``.
+        advantage_estimator: ``"grpo"`` (per-role group normalisation) or ``"gigpo"``
+            (:mod:`trainer_client.gigpo`, settings in ``gigpo``).
+        gigpo: GiGPO settings (default: :class:`~trainer_client.config.GiGPOConfig`).
+        reward_runner: a :class:`~trainer_client.reward_functions.RewardFunctionRunner` scoring
+            every rollout's messages; its valid scores replace the episode reward when
+            ``reward_use_score``, its step outputs give GiGPO's step rewards.
+        ground_truth: ``problem_id -> reference answer`` passed to the reward function
+            (default: ``None`` for every rollout).
 
     Raises:
         ValueError: a channel is on without what it needs.
@@ -73,8 +82,16 @@ class DebateGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, shaping_strategy: RewardShapingStrategy | None = None, scale_advantages: bool = True,
                  sdpo: SDPOConfig | None = None, replay: ReplayConfig | None = None,
                  hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
-                 **kwargs: Any) -> None:
+                 advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
+                 reward_use_score: bool = True, ground_truth: Any = None, **kwargs: Any) -> None:
+        if advantage_estimator not in ("grpo", "gigpo"):
+            raise ValueError(f"advantage_estimator must be 'grpo' or 'gigpo', got {advantage_estimator!r}")
         super().__init__(*args, **kwargs)
+        self.advantage_estimator = advantage_estimator
+        self.gigpo = gigpo or GiGPOConfig()
+        self.reward_runner = reward_runner
+        self.reward_use_score = reward_use_score
+        self.ground_truth = ground_truth
         self.shaping_strategy = shaping_strategy or get_strategy("identity")
         self.scale_advantages = scale_advantages
         self.sdpo = sdpo or SDPOConfig()
@@ -111,6 +128,10 @@ class DebateGRPOTrainer(GRPOTrainer):
         device = output["completion_ids"].device
         environments = self.environments
         records: list[EpisodeRewards] = [env._wait_record() for env in environments]
+        user_results = self._user_rewards(inputs, records, mode) if self.reward_runner is not None else None
+        if user_results is not None and self.reward_use_score:
+            records = [record.model_copy(update={"episode_reward": result.score}) if result.is_score_valid else record
+                       for record, result in zip(records, user_results)]
         completion_mask = output["completion_mask"]
         tool_mask = output.get("tool_mask")
         if tool_mask is None:
@@ -125,9 +146,20 @@ class DebateGRPOTrainer(GRPOTrainer):
         group_ids = [i // num_generations for i in range(len(all_records))]
         items = build_role_items(all_records, group_ids)
         shaped = shape_items(self.shaping_strategy, items)
-        advantages = group_normalize(shaped, items.role_labels, items.metadata["group_ids"], scale=self.scale_advantages)
+        if self.advantage_estimator == "gigpo":
+            all_turns = self._gigpo_inputs(records, environments, user_results)
+            per_turn_all, gigpo_metrics = gigpo_turn_values(
+                items, shaped, [r for r, _ in all_turns], [o for _, o in all_turns], group_ids,
+                omega=self.gigpo.omega, gamma=self.gigpo.gamma, mode=self.gigpo.mode,
+                similarity_threshold=self.gigpo.similarity_threshold)
+            for name, value in gigpo_metrics.items():
+                self._metrics[mode][name].append(value)
+        else:
+            advantages = group_normalize(shaped, items.role_labels, items.metadata["group_ids"],
+                                         scale=self.scale_advantages)
+            per_turn_all = turn_values(items, advantages)
         start = self.accelerator.process_index * len(records)
-        per_turn = turn_values(items, advantages)[start:start + len(records)]
+        per_turn = per_turn_all[start:start + len(records)]
 
         spans = [role_spans(segs) if segs is not None else [] for segs in segments]
         values, loss_mask = token_tensors(spans, per_turn, completion_mask.shape[1])
@@ -141,6 +173,36 @@ class DebateGRPOTrainer(GRPOTrainer):
             self._replay_to_teachers(records, environments, segments)
             self._store_new_pairs()
         return output
+
+    # ------------------------------------------------------------------ step-level credit
+
+    def _user_rewards(self, inputs: list[dict[str, Any]], records: list[EpisodeRewards], mode: str):
+        """Score each local rollout's messages (prompt + completion) with the user's function."""
+        messages = [list(row.get("prompt") or []) + list(completion)
+                    for row, completion in zip(inputs, self._batch_completions)]
+        truths = [self.ground_truth(record.problem_id) if self.ground_truth else None for record in records]
+        results = self.reward_runner.evaluate(messages, truths)
+        metrics = self._metrics[mode]
+        metrics["reward_function/score"].append(float(np.mean([r.score for r in results])))
+        metrics["reward_function/invalid_fraction"].append(float(np.mean([not r.is_score_valid for r in results])))
+        invalid = [r.reason for r in results if not r.is_score_valid]
+        if invalid:
+            log.warning("%d/%d rollouts got an invalid user reward, e.g. %s", len(invalid), len(results), invalid[0])
+        return results
+
+    def _gigpo_inputs(self, records: list[EpisodeRewards], environments, user_results) -> list[tuple[list, list]]:
+        """Per rollout of the gathered batch: ``(r_t per turn, observation per turn)``."""
+        local, unaligned = [], 0
+        for k, (record, environment) in enumerate(zip(records, environments)):
+            steps = rollout_steps(record, environment._turns)
+            result = user_results[k] if user_results is not None else None
+            rewards, problems = step_rewards(record, steps, result, self.gigpo.step_reward_default)
+            unaligned += len(problems)
+            local.append((rewards, [s.observation_data for s in steps]))
+        if user_results is not None:
+            self._metrics["train" if self.model.training else "eval"]["reward_function/unaligned_step_outputs"].append(
+                float(unaligned))
+        return gather_object(local)
 
     # ------------------------------------------------------------------ loss
 
