@@ -24,6 +24,7 @@ import logging
 from typing import Any
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -111,6 +112,13 @@ def create_app(config: ServerConfig | None = None, service: DebateService | None
                                 headers={"WWW-Authenticate": "Bearer"})
 
     auth = [Depends(require_token)]
+
+    @app.exception_handler(RequestValidationError)
+    async def request_validation_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's default echoes the input, which may be huge, hostile or not even JSON-encodable
+        # (``Infinity`` parses but cannot be written back): a 500. Same shape, without the input.
+        errors = [{k: v for k, v in error.items() if k in ("type", "loc", "msg")} for error in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
 
     @app.exception_handler(DebateError)
     async def debate_error_handler(request: Request, exc: DebateError) -> JSONResponse:
