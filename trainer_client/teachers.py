@@ -170,7 +170,7 @@ class HFTeacher(Teacher):
         with self._lock:  # one generation at a time on one model
             if self._model is None:
                 self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)
-                self._model = AutoModelForCausalLM.from_pretrained(self.config.model).to(self.config.device).eval()
+                self._model = AutoModelForCausalLM.from_pretrained(self.config.model).to(self.config.device).eval()  # noqa: model-text-safe (torch eval mode)
             prompt = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                                          return_dict=True).to(self.config.device)
             with torch.no_grad():

@@ -234,7 +234,7 @@ def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, sp
         schedule.step()
         if progress and step % 50 == 0:
             print(f"tiny-model warm-up step {step}: loss {loss.item():.3f}", flush=True)
-    model.eval()
+    model.eval()  # noqa: model-text-safe (torch eval mode)
 
 
 def tiny_model_main(out_dir: str) -> int:
