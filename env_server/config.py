@@ -52,7 +52,7 @@ class ServerConfig(BaseModel):
     resume_window_s: float = Field(default=60.0, ge=0)
     idle_timeout_s: float = Field(default=900.0, gt=0)
     retention_s: float = Field(default=3600.0, gt=0)
-    max_retained_episodes: int = Field(default=200_000, ge=1)
+    max_retained_episodes: int = Field(default=20_000, ge=1)
     terminal_reward_timeout_s: float = Field(default=120.0, gt=0)
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     trajectory_log: str | None = None
