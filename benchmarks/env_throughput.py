@@ -178,33 +178,50 @@ class Tally:
 class MuxConnection:
     """A minimal /ws/mux client (raw frames, RFC 0001): request ids -> futures, pushed
     ``rewards`` frames -> per-session futures. Kept as lean as the OpenEnv loop below so the
-    load generator costs both servers alike."""
+    load generator costs both servers alike.
 
-    def __init__(self, ws: ClientConnection) -> None:
+    With ``batch`` (RFC 0005, ``?batch=1``) every frame requested during one event-loop
+    iteration goes out in one array message, and server messages are arrays: the way
+    ``env_server.client.MuxClient`` talks to the server by default."""
+
+    def __init__(self, ws: ClientConnection, batch: bool = False) -> None:
         self.ws = ws
+        self.batch = batch
         self.ids = itertools.count()
         self.pending: dict[int, asyncio.Future] = {}
         self.rewards: dict[str, asyncio.Future] = {}
+        self.outbox: list[bytes] = []
         self.reader = asyncio.create_task(self._read())
+
+    def _on_frame(self, frame: dict) -> None:
+        request_id = frame.get("request_id")
+        if request_id is None:
+            if frame["type"] == "rewards":
+                waiter = self.rewards.pop(frame["session_id"], None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(frame)
+            return
+        future = self.pending.pop(request_id, None)
+        if future is not None and not future.done():
+            future.set_result(frame)
 
     async def _read(self) -> None:
         try:
             async for raw in self.ws:
-                frame = orjson.loads(raw)
-                request_id = frame.get("request_id")
-                if request_id is None:
-                    if frame["type"] == "rewards":
-                        waiter = self.rewards.pop(frame["session_id"], None)
-                        if waiter is not None and not waiter.done():
-                            waiter.set_result(frame)
-                    continue
-                future = self.pending.pop(request_id, None)
-                if future is not None and not future.done():
-                    future.set_result(frame)
+                message = orjson.loads(raw)
+                if isinstance(message, list):
+                    for frame in message:
+                        self._on_frame(frame)
+                else:
+                    self._on_frame(message)
         except Exception as exc:  # connection lost: fail every waiter
             for future in [*self.pending.values(), *self.rewards.values()]:
                 if not future.done():
                     future.set_exception(ConnectionError(str(exc)))
+
+    def _flush(self) -> None:
+        frames, self.outbox = self.outbox, []
+        asyncio.ensure_future(self.ws.send((b"[" + b",".join(frames) + b"]").decode()))
 
     async def request(self, type_: str, session_id: str | None = None, data: Any = None) -> dict:
         request_id = next(self.ids)
@@ -215,7 +232,12 @@ class MuxConnection:
             frame["session_id"] = session_id
         if data is not None:
             frame["data"] = data
-        await self.ws.send(orjson.dumps(frame).decode())
+        if self.batch:
+            self.outbox.append(orjson.dumps(frame))
+            if len(self.outbox) == 1:
+                asyncio.get_running_loop().call_soon(self._flush)
+        else:
+            await self.ws.send(orjson.dumps(frame).decode())
         return await future
 
 
@@ -255,10 +277,11 @@ async def mux_session(conn: MuxConnection, workload: Workload, tally: Tally, ope
             conn.rewards.pop(session_id, None)
 
 
-async def run_ours(url: str, sessions: int, connections: int, workload: Workload, seconds: float) -> Tally:
-    ws_url = url.replace("http", "ws") + "/ws/mux"
+async def run_ours(url: str, sessions: int, connections: int, workload: Workload, seconds: float,
+                   batch: bool = True) -> Tally:
+    ws_url = url.replace("http", "ws") + "/ws/mux" + ("?batch=1" if batch else "")
     conns = [MuxConnection(await connect(ws_url, max_size=None, compression=None, open_timeout=60,
-                                         ping_interval=None)) for _ in range(min(connections, sessions))]
+                                         ping_interval=None), batch) for _ in range(min(connections, sessions))]
     tally, opened, go, stop = Tally(), asyncio.Event(), asyncio.Event(), asyncio.Event()
     ready = [0, sessions]
     gate = asyncio.Semaphore(OPEN_CONCURRENCY)

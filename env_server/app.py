@@ -8,7 +8,8 @@ Routes (openenv-core 0.3.0 shapes unless noted):
   when given its ``episode_id`` (an extra field OpenEnv's request model allows);
   ``GET /state?episode_id=&t=`` reads state or replays observation ``t``;
 - ``WS /ws``: OpenEnv's one-session-per-connection protocol (``transport_openenv``);
-- ``WS /ws/mux``: many sessions per connection (``transport_mux``, RFC 0001);
+- ``WS /ws/mux``: many sessions per connection (``transport_mux``, RFC 0001); ``?batch=1``
+  makes every server message an array of frames (RFC 0005);
 - ``GET /hints``: hint templates, key -> text (RFC 0002);
 - ``GET /episodes/{episode_id}/rewards``: the delayed-reward record (RFC 0003);
 - ``GET /stats``: counters for operators and benchmarks.
@@ -261,6 +262,7 @@ def create_app(config: ServerConfig | None = None, service: DebateService | None
     @app.websocket("/ws/mux")
     async def mux_ws(websocket: WebSocket) -> None:
         if await accept_authorized(websocket):
-            await MuxConnection(websocket, service).run()
+            batch = websocket.query_params.get("batch", "0").lower() in ("1", "true", "yes")
+            await MuxConnection(websocket, service, batch=batch).run()
 
     return app

@@ -11,6 +11,10 @@ One connection carries many sessions::
 
 After a dropped connection, ``await client.reconnect()`` re-attaches every session with its
 resume token; rewards graded meanwhile are delivered on re-attachment.
+
+By default the client batches (RFC 0005): every request made during one event-loop iteration
+(e.g. the steps of a whole GRPO group issued with ``asyncio.gather``) goes out in one WebSocket
+message, and the server answers with arrays of frames.
 """
 
 from __future__ import annotations
@@ -158,17 +162,28 @@ class MuxClient:
         base_url: ``http(s)://`` or ``ws(s)://`` address of the server (``/ws/mux`` appended).
         token: bearer token, if the server requires one.
         request_timeout_s: how long a request waits for its reply before ``TimeoutError``.
-        max_frame_bytes: largest frame accepted from the server.
+        max_frame_bytes: largest message accepted from the server.
+        batch: batch frames both ways (RFC 0005, ``?batch=1``); ``False`` sends and receives
+            one frame per message.
+        max_batch_bytes: a batch is sent as soon as it holds this many bytes; keep it at or
+            below the server's ``--max-frame-bytes`` (default 1 MiB), which limits a message.
     """
 
     def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = 120.0,
-                 max_frame_bytes: int = 64 << 20) -> None:
+                 max_frame_bytes: int = 64 << 20, batch: bool = True, max_batch_bytes: int = 512 << 10) -> None:
         url = base_url.rstrip("/")
         url = url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
         self.url = url if url.endswith("/ws/mux") else url + "/ws/mux"
+        if batch:
+            self.url += "?batch=1"
         self.token = token
         self.request_timeout_s = request_timeout_s
         self.max_frame_bytes = max_frame_bytes
+        self.batch = batch
+        self.max_batch_bytes = max_batch_bytes
+        self._outbox: list[bytes] = []
+        self._outbox_bytes = 0
+        self._sends: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self._sessions: dict[str, MuxSession] = {}
@@ -196,6 +211,7 @@ class MuxClient:
 
     async def close(self) -> None:
         """Close the connection (sessions stay on the server for the resume window)."""
+        self._outbox, self._outbox_bytes = [], 0  # unsent requests fail with ConnectionError
         if self._ws is not None:
             await self._ws.close()
         if self._reader is not None:
@@ -247,7 +263,11 @@ class MuxClient:
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            await self._ws.send(orjson.dumps({**frame, "request_id": request_id}).decode())
+            encoded = orjson.dumps({**frame, "request_id": request_id})
+            if self.batch:
+                self._enqueue(encoded)
+            else:
+                await self._ws.send(encoded.decode())
             reply, raw = await asyncio.wait_for(future, self.request_timeout_s)
         finally:
             self._pending.pop(request_id, None)
@@ -255,23 +275,58 @@ class MuxClient:
             raise MuxError(reply["data"])
         return reply, raw
 
+    def _enqueue(self, encoded: bytes) -> None:
+        """Add a frame to the outgoing batch; it is sent at the end of this event-loop
+        iteration (or at once when the batch is full)."""
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(encoded)
+        self._outbox_bytes += len(encoded)
+        if self._outbox_bytes >= self.max_batch_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        message = (b"[" + b",".join(self._outbox) + b"]").decode()
+        self._outbox, self._outbox_bytes = [], 0
+        # Tasks start in creation order, so batches go out in order; a failed send surfaces
+        # as the ConnectionError the read loop gives every pending request.
+        task = asyncio.ensure_future(self._ws.send(message))
+        self._sends.add(task)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._sends.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the read loop reports the lost connection
+
     async def _read_loop(self) -> None:
         ws = self._ws
         try:
             async for message in ws:
-                frame = orjson.loads(message)
-                request_id = frame.get("request_id")
-                future = self._pending.get(request_id) if request_id is not None else None
-                if future is not None and not future.done():
-                    future.set_result((frame, message.encode() if isinstance(message, str) else message))
+                decoded = orjson.loads(message)
+                if isinstance(decoded, list):
+                    # a batch (RFC 0005): each frame's bytes are re-encoded with orjson, which
+                    # reproduces the server's (also orjson) encoding byte for byte
+                    for frame in decoded:
+                        self._on_frame(frame, orjson.dumps(frame))
                 else:
-                    self._dispatch_push(frame)
+                    self._on_frame(decoded, message.encode() if isinstance(message, str) else message)
         except websockets.ConnectionClosed:
             pass
         finally:
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(ConnectionError("connection to the env server closed"))
+
+    def _on_frame(self, frame: dict[str, Any], raw: bytes) -> None:
+        request_id = frame.get("request_id")
+        future = self._pending.get(request_id) if request_id is not None else None
+        if future is not None and not future.done():
+            future.set_result((frame, raw))
+        else:
+            self._dispatch_push(frame)
 
     def _dispatch_push(self, frame: dict[str, Any]) -> None:
         session = self._sessions.get(frame.get("session_id") or "")
@@ -338,9 +393,10 @@ class SyncMuxClient:
     environment code (TRL calls environment methods synchronously). Thread-safe: calls from
     several threads share the one connection."""
 
-    def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = 120.0) -> None:
+    def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = 120.0,
+                 batch: bool = True) -> None:
         self._runner = _LoopThread()
-        self._client = MuxClient(base_url, token, request_timeout_s)
+        self._client = MuxClient(base_url, token, request_timeout_s, batch=batch)
         self._runner.run(self._client.connect())
 
     def open_session(self) -> SyncMuxSession:

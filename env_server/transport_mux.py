@@ -5,6 +5,12 @@ Every client frame carries a ``request_id`` (echoed in the reply) and, after ``o
 grading finishes; everything else answers at once). Graded rewards are pushed as ``rewards``
 frames with ``request_id: null``. A malformed frame gets an error frame; the connection and
 every other session keep working.
+
+Batching (RFC 0005): a client message may be a JSON array of frames, processed in order. A
+connection opened with ``?batch=1`` receives every server message as a JSON array of one or
+more frames: the write loop sends every frame that is ready in one message, so the
+per-message cost (WebSocket framing, ASGI events, event-loop wake-ups) is paid once per
+batch instead of once per frame.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ _FRAMES: TypeAdapter[Any] = TypeAdapter(ClientFrame)
 #: Frames waiting to be written per connection; replies wait for room (backpressure on a
 #: client that does not read), pushes are dropped when full (records stay pullable).
 MAX_PENDING_FRAMES = 4096
+#: Most frames in one client batch (RFC 0005); every frame of a longer batch is refused.
+MAX_BATCH_FRAMES = 1024
+#: Most frames / bytes the write loop puts in one outgoing batch message.
+MAX_OUT_BATCH_FRAMES = 1024
+MAX_OUT_BATCH_BYTES = 4 << 20
 
 
 def error_frame(code: ErrorCode, message: str, request_id: Any = None, session_id: str | None = None, **extra: Any) -> bytes:
@@ -71,11 +82,13 @@ class MuxConnection:
     Args:
         websocket: an accepted WebSocket.
         service: the debate service.
+        batch: send server messages as JSON arrays of frames (RFC 0005, ``?batch=1``).
     """
 
-    def __init__(self, websocket: WebSocket, service: DebateService) -> None:
+    def __init__(self, websocket: WebSocket, service: DebateService, batch: bool = False) -> None:
         self.websocket = websocket
         self.service = service
+        self.batch = batch
         self.connection_id = uuid.uuid4().hex
         self.session_ids: set[str] = set()
         self._out: asyncio.Queue[bytes] = asyncio.Queue(MAX_PENDING_FRAMES)
@@ -119,32 +132,63 @@ class MuxConnection:
 
     async def _write_loop(self) -> None:
         send = self.websocket.send
+        out = self._out
         try:
             while True:
-                frame = await self._out.get()
+                frame = await out.get()
+                if self.batch:
+                    # everything already queued goes out in this one message
+                    frames, size = [frame], len(frame)
+                    while not out.empty() and len(frames) < MAX_OUT_BATCH_FRAMES and size < MAX_OUT_BATCH_BYTES:
+                        frame = out.get_nowait()
+                        frames.append(frame)
+                        size += len(frame)
+                    frame = b"[" + b",".join(frames) + b"]"
                 await send({"type": "websocket.send", "text": frame.decode()})
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the receive loop sees the disconnect and cleans up
 
     async def _reply(self, frame: bytes) -> None:
-        await self._out.put(frame)
+        try:
+            self._out.put_nowait(frame)
+        except asyncio.QueueFull:  # the client is not reading: wait for room
+            await self._out.put(frame)
 
     async def _handle(self, raw: str | bytes) -> None:
-        if frame_too_large(raw, self.service.config.max_frame_bytes):
+        """One WebSocket message: a frame, or an array of frames (RFC 0005)."""
+        limit = self.service.config.max_frame_bytes
+        if frame_too_large(raw, limit):
             size = len(raw) if isinstance(raw, bytes) else len(raw.encode())
-            await self._reply(error_frame(
-                ErrorCode.FRAME_TOO_LARGE,
-                f"frame of {size} bytes exceeds the limit of {self.service.config.max_frame_bytes} bytes",
-                limit=self.service.config.max_frame_bytes,
-            ))
+            message = f"frame of {size} bytes exceeds the limit of {limit} bytes"
+            # The message is already in memory (under the transport limit): answer each of its
+            # frames by request id, so no request waits for a reply that never comes.
+            for request_id, session_id in _message_ids(raw) or [(None, None)]:
+                await self._reply(error_frame(ErrorCode.FRAME_TOO_LARGE, message, request_id, session_id, limit=limit))
             return
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             await self._reply(error_frame(ErrorCode.INVALID_JSON, f"Invalid JSON: {exc}"))
             return
+        if isinstance(obj, list):
+            if not obj:
+                await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, "an empty batch: send at least one frame"))
+            elif len(obj) > MAX_BATCH_FRAMES:
+                message = f"a batch of {len(obj)} frames exceeds the limit of {MAX_BATCH_FRAMES} frames"
+                for request_id, session_id in map(_ids_of, obj):
+                    await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, message, request_id, session_id,
+                                                  max_batch_frames=MAX_BATCH_FRAMES))
+            else:
+                for item in obj:
+                    await self._handle_frame(item)
+            return
+        await self._handle_frame(obj)
+
+    async def _handle_frame(self, obj: Any) -> None:
+        """One decoded frame: validate, dispatch, reply (errors become error frames)."""
         if not isinstance(obj, dict):
-            await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, "a frame must be a JSON object"))
+            await self._reply(error_frame(ErrorCode.VALIDATION_ERROR,
+                                          "a frame must be a JSON object (or a message an array of frames)"))
             return
         request_id = obj.get("request_id") if isinstance(obj.get("request_id"), (str, int)) else None
         session_id = obj.get("session_id") if isinstance(obj.get("session_id"), str) else None
@@ -240,3 +284,22 @@ class MuxConnection:
 
     def _ping(self, frame: PingFrame) -> bytes:
         return encode_frame("pong", frame.request_id, None, {"time": time.time()})
+
+
+def _ids_of(obj: Any) -> tuple[Any, str | None]:
+    """``(request_id, session_id)`` of a decoded frame, ``None`` where absent or malformed."""
+    if not isinstance(obj, dict):
+        return None, None
+    request_id = obj.get("request_id")
+    session_id = obj.get("session_id")
+    return (request_id if isinstance(request_id, (str, int)) else None,
+            session_id if isinstance(session_id, str) else None)
+
+
+def _message_ids(raw: str | bytes) -> list[tuple[Any, str | None]]:
+    """The ids of the frame, or of every frame of a batch, in a message (empty when it is not JSON)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    return [_ids_of(item) for item in obj] if isinstance(obj, list) else [_ids_of(obj)]

@@ -164,7 +164,8 @@ def test_state_t_replays_the_exact_bytes_sent(server_url) -> None:
         ("{not json", "INVALID_JSON"),
         (json.dumps({"type": "teleport", "request_id": 1}), "UNKNOWN_TYPE"),
         (json.dumps({"type": "step", "request_id": 1}), "VALIDATION_ERROR"),
-        (json.dumps([1, 2, 3]), "VALIDATION_ERROR"),
+        (json.dumps(5), "VALIDATION_ERROR"),
+        (json.dumps([]), "VALIDATION_ERROR"),  # an empty batch (RFC 0005)
         ("x" * ((1 << 20) + 1), "FRAME_TOO_LARGE"),
     ],
 )
