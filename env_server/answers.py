@@ -40,6 +40,21 @@ def last_boxed(text: str) -> str | None:
         ``None`` when the text has no complete box. An unclosed last box (a response cut
         mid-answer) is skipped in favour of the previous complete one.
     """
+    # Fast path, the common shape: a single ``\\boxed{`` (and no ``\\fbox``) whose content has no
+    # brace or backslash. Then the first ``}`` after it closes it, and the scan below would
+    # return the same text (nothing inside can open, close or escape a brace).
+    start = text.find("\\boxed{")
+    if start >= 0 and "\\fbox" not in text and text.count("\\boxed") == 1:
+        close = text.find("}", start + 7)
+        if close >= 0:
+            content = text[start + 7 : close]
+            if "{" not in content and "\\" not in content:
+                return content.strip()
+    return _last_boxed_scan(text)
+
+
+def _last_boxed_scan(text: str) -> str | None:
+    """``last_boxed`` for any text: brace matching over the whole text."""
     box_opens = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}
     if not box_opens:
         return None

@@ -25,17 +25,19 @@ class EpisodeEntry:
         session_id: the session that plays it.
         grades: turn index -> grading task/future of that turn's answer.
         record: the rewards record once graded, else ``None``.
+        record_json: ``record`` serialised once (``rewards.record_json``), else ``None``.
         graded: resolved with the record when grading finishes.
         graded_at: monotonic time of grading (0 while pending), for retention.
     """
 
-    __slots__ = ("episode", "session_id", "grades", "record", "graded", "graded_at")
+    __slots__ = ("episode", "session_id", "grades", "record", "record_json", "graded", "graded_at")
 
     def __init__(self, episode: DebateEpisode, session_id: str | None) -> None:
         self.episode = episode
         self.session_id = session_id
         self.grades: dict[int, asyncio.Future[Grade]] = {}
         self.record: EpisodeRewards | None = None
+        self.record_json: bytes | None = None
         self.graded: asyncio.Future[EpisodeRewards] = asyncio.get_running_loop().create_future()
         self.graded_at = 0.0
 

@@ -5,8 +5,9 @@ It ties the pieces together: problems -> ``DebateEpisode`` -> grading pool -> re
 ``/ws/mux``) only translate frames to these calls and errors to frames.
 
 Grading never blocks a step: each solver/judge answer is graded as soon as it arrives (most
-grades are ready before the debate ends); when the debate ends a finaliser task waits for the
-grades, builds the record and pushes it.
+grades are ready before the debate ends). When the debate ends the record is built and pushed
+right after the last step's reply if every grade is known (exact path or cache), else a
+finaliser task waits for the grades first.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import logging
 import os
 import random
 import time
-import uuid
 from typing import IO, Any
 
 import orjson
@@ -29,7 +29,7 @@ from env_server.grading import Grade, Grader
 from env_server.models import DebateAction, EpisodeRewards, ResetRequest, RewardsStatus
 from env_server.problems import ProblemSource, UnknownProblemError, load_problem_source
 from env_server.config import ServerConfig
-from env_server.rewards import build_episode_rewards
+from env_server.rewards import build_episode_rewards, record_json
 from env_server.sessions import Session, SessionRegistry
 
 __all__ = ["DebateService"]
@@ -74,6 +74,7 @@ class DebateService:
         """Stop accepting episodes, let in-flight grading finish within the grace period, then
         stop the pool. Episodes graded in time are in the trajectory log exactly once."""
         self.accepting = False
+        await asyncio.sleep(0)  # records scheduled by the last steps (call_soon) are built first
         if self._reaper is not None:
             self._reaper.cancel()
         pending = list(self._finalizers)
@@ -111,7 +112,7 @@ class DebateService:
             seed = request.seed if request.seed is not None else self._rng.randrange(2**31)
             problem = self.problems.by_seed(seed)
         episode = DebateEpisode(
-            episode_id=request.episode_id or uuid.uuid4().hex,
+            episode_id=request.episode_id or os.urandom(16).hex(),
             problem=problem,
             max_rounds=request.max_rounds or self.config.max_rounds,
             max_action_chars=self.config.max_action_chars,
@@ -138,9 +139,14 @@ class DebateService:
         if turn.needs_grade:
             entry.grades[turn.t] = self._grade(entry, turn)
         if entry.episode.done:
-            task = asyncio.create_task(self._finalize(entry))
-            self._finalizers.add(task)
-            task.add_done_callback(self._finalizers.discard)
+            if all(future.done() for future in entry.grades.values()):
+                # every grade is known already (exact path or cache): finalise right after
+                # this step's reply is queued, without a task (the common case under load)
+                asyncio.get_running_loop().call_soon(self._record, entry)
+            else:
+                task = asyncio.create_task(self._finalize(entry))
+                self._finalizers.add(task)
+                task.add_done_callback(self._finalizers.discard)
         return turn
 
     def current(self, session: Session) -> EpisodeEntry:
@@ -231,9 +237,16 @@ class DebateService:
         return asyncio.ensure_future(self.grader.grade(gold, turn.answer))
 
     async def _finalize(self, entry: EpisodeEntry) -> None:
-        grades = {t: await future for t, future in entry.grades.items()}
+        for future in entry.grades.values():
+            await future
+        self._record(entry)
+
+    def _record(self, entry: EpisodeEntry) -> None:
+        """Build, keep, log and push the record of a finished episode whose grades are all done."""
+        grades = {t: future.result() for t, future in entry.grades.items()}
         record = build_episode_rewards(entry.episode, grades, graded_at=time.time(), session_id=entry.session_id)
         entry.record = record
+        entry.record_json = record_json(record)
         self.episodes.mark_graded(entry, time.monotonic())
         entry.graded.set_result(record)
         self.counters["episodes_graded"] += 1
@@ -251,21 +264,27 @@ class DebateService:
             session.owner.push(self.rewards_frame(session, entry))
 
     def rewards_frame(self, session: Session, entry: EpisodeEntry, request_id: Any = None) -> bytes:
-        """A ``rewards`` frame (a push when ``request_id`` is ``None``)."""
-        return encode_frame("rewards", request_id, session.session_id, self.rewards_status(entry).model_dump(mode="json"))
+        """A ``rewards`` frame (a push when ``request_id`` is ``None``): ``RewardsStatus``
+        with the record's stored JSON embedded verbatim."""
+        if entry.record_json is None:
+            body = orjson.dumps({"status": "pending", "episode_id": entry.episode_id, "record": None})
+        else:
+            body = b"".join((b'{"status":"graded","episode_id":', orjson.dumps(entry.episode_id),
+                             b',"record":', entry.record_json, b"}"))
+        return encode_frame("rewards", request_id, session.session_id, raw_data=body)
 
     def _log_trajectory(self, entry: EpisodeEntry, record: EpisodeRewards) -> None:
         if self._trajectory is None:
             return
-        line: dict[str, Any] = {
+        head = orjson.dumps({
             "episode_id": entry.episode_id,
             "problem_id": entry.episode.problem.problem_id,
             "turns": [
                 {"t": t.t, "role": t.role.value, "round": t.round, "content": t.content} for t in entry.episode.turns
             ],
-            "rewards": record.model_dump(mode="json"),
-        }
-        self._trajectory.write(orjson.dumps(line) + b"\n")
+        })
+        assert entry.record_json is not None
+        self._trajectory.write(b"".join((head[:-1], b',"rewards":', entry.record_json, b"}\n")))
 
     async def _reap_forever(self) -> None:
         while True:

@@ -13,9 +13,9 @@ A connection can only touch sessions it opened or re-attached.
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import time
-import uuid
 from typing import Literal, Protocol
 
 from env_server.episodes import EpisodeEntry
@@ -42,7 +42,7 @@ class Session:
     __slots__ = ("session_id", "resume_token", "kind", "owner", "entry", "created_at", "last_active", "detached_at")
 
     def __init__(self, kind: SessionKind, owner: Connection | None) -> None:
-        self.session_id = uuid.uuid4().hex
+        self.session_id = os.urandom(16).hex()  # 128 random bits, as uuid4 (cheaper)
         self.resume_token = secrets.token_urlsafe(24) if kind == "mux" else ""
         self.kind: SessionKind = kind
         self.owner = owner

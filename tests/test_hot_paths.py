@@ -1,0 +1,77 @@
+"""The server's hot-path shortcuts give exactly what the general code gives.
+
+- ``last_boxed``'s fast path (one ``\\boxed{`` with plain content) against the brace-matching
+  scan, on generated texts built from the characters that matter;
+- ``rewards.record_json`` (orjson, by hand) against pydantic's ``model_dump(mode="json")``, and
+  the ``model_construct`` records against fully validated ones, on every reward outcome.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from env_server.answers import _last_boxed_scan, last_boxed
+from env_server.debate import DebateEpisode
+from env_server.grading import Grade
+from env_server.markers import ErrorKind
+from env_server.models import DebateAction, EpisodeRewards
+from env_server.problems import load_problem_source
+from env_server.rewards import build_episode_rewards, record_json
+
+PIECES = ["\\boxed{", "\\boxed", "\\boxed {", "\\fbox{", "{", "}", "\\", "\\\\", "\\{", "\\}", "a", "12", " ", "boxed{",
+          "\\frac{1}{2}", "\n"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=14))
+def test_last_boxed_fast_path_matches_the_scan(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    assert last_boxed(text) == _last_boxed_scan(text)
+
+
+def test_last_boxed_fast_path_cases() -> None:
+    assert last_boxed("So \\boxed{ 42 }.") == "42"
+    assert last_boxed("\\boxed{}") == ""
+    assert last_boxed("\\boxed{1} then \\boxed{2}") == "2"  # two boxes: the scan decides
+    assert last_boxed("\\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"  # nested braces: the scan
+    assert last_boxed("\\boxed{3 \\fbox{4}}") == "4"  # the last box opened
+    assert last_boxed("\\boxed{5") is None  # unclosed
+
+
+GRADES = [Grade(True, None, "exact"), Grade(False, None, "worker"), Grade(False, ErrorKind.GRADING_TIMEOUT, "worker"),
+          Grade(False, ErrorKind.UNPARSEABLE_ANSWER, "rule")]
+
+
+def _episodes():
+    problem = load_problem_source(None).by_seed(5)
+    answer = f"The answer is \\boxed{{{problem.answer}}}."
+    scripts = [
+        [("solver", answer), ("verifier", "VERDICT: CORRECT"), ("judge", answer)],
+        [("solver", "no box"), ("verifier", "VERDICT: INCORRECT"), ("solver", answer), ("verifier", "hmm"),
+         ("judge", "I cannot tell")],
+        [("solver", "\\boxed{7}"), ("verifier", "VERDICT: CORRECT"), ("judge", "\\boxed{8}")],
+    ]
+    for i, script in enumerate(scripts):
+        episode = DebateEpisode(f"ep{i}", problem, max_rounds=2, max_action_chars=10_000)
+        for role, content in script:
+            episode.step(DebateAction(role=role, content=content))
+        yield episode
+
+
+def test_record_json_equals_pydantic_dump_on_every_outcome() -> None:
+    checked = 0
+    for episode in _episodes():
+        graded = [t.t for t in episode.turns if t.needs_grade]
+        for combo in itertools.product(GRADES, repeat=len(graded)):
+            grades = dict(zip(graded, combo))
+            record = build_episode_rewards(episode, grades, graded_at=1234.5, session_id="s1")
+            dumped = record.model_dump(mode="json")
+            assert orjson.loads(record_json(record)) == dumped
+            # the constructed record is what full validation gives
+            assert EpisodeRewards.model_validate(dumped) == record
+            checked += 1
+    assert checked == 4**2 + 4**3 + 4**2
