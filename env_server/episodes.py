@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any
+
+import orjson
 
 from env_server.debate import DebateEpisode
 from env_server.errors import EpisodeIdInUseError, UnknownEpisodeError
@@ -24,26 +27,45 @@ class EpisodeEntry:
         episode: the debate.
         session_id: the session that plays it.
         grades: turn index -> grading task/future of that turn's answer.
-        record: the rewards record once graded, else ``None``.
-        record_json: ``record`` serialised once (``rewards.record_json``), else ``None``.
-        graded: resolved with the record when grading finishes.
+        record_data: the rewards record as JSON data (``rewards.episode_rewards_data``) once
+            graded, else ``None``.
+        record_json: ``record_data`` serialised (what pushes, pulls and the trajectory log send).
+        graded: resolved (with ``None``) when grading finishes.
         graded_at: monotonic time of grading (0 while pending), for retention.
     """
 
-    __slots__ = ("episode", "session_id", "grades", "record", "record_json", "graded", "graded_at")
+    __slots__ = ("episode", "session_id", "grades", "record_data", "record_json", "_record", "graded", "graded_at")
 
     def __init__(self, episode: DebateEpisode, session_id: str | None) -> None:
         self.episode = episode
         self.session_id = session_id
         self.grades: dict[int, asyncio.Future[Grade]] = {}
-        self.record: EpisodeRewards | None = None
+        self.record_data: dict[str, Any] | None = None
         self.record_json: bytes | None = None
-        self.graded: asyncio.Future[EpisodeRewards] = asyncio.get_running_loop().create_future()
+        self._record: EpisodeRewards | None = None
+        self.graded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.graded_at = 0.0
 
     @property
     def episode_id(self) -> str:
         return self.episode.episode_id
+
+    @property
+    def is_graded(self) -> bool:
+        return self.record_data is not None
+
+    @property
+    def record(self) -> EpisodeRewards | None:
+        """The rewards record as a validated model (built on first use), or ``None`` while pending."""
+        if self._record is None and self.record_data is not None:
+            self._record = EpisodeRewards.model_validate(self.record_data)
+        return self._record
+
+    def set_record(self, data: dict[str, Any]) -> None:
+        """Store the graded record (JSON data), serialise it once and wake the waiters."""
+        self.record_data = data
+        self.record_json = orjson.dumps(data)
+        self.graded.set_result(None)
 
 
 class EpisodeStore:
@@ -113,5 +135,5 @@ class EpisodeStore:
 
     def _drop_graded(self, episode_id: str) -> None:
         entry = self._entries.get(episode_id)
-        if entry is not None and entry.record is not None:
+        if entry is not None and entry.is_graded:
             del self._entries[episode_id]

@@ -29,7 +29,7 @@ from env_server.grading import Grade, Grader
 from env_server.models import DebateAction, EpisodeRewards, ResetRequest, RewardsStatus
 from env_server.problems import ProblemSource, UnknownProblemError, load_problem_source
 from env_server.config import ServerConfig
-from env_server.rewards import build_episode_rewards, record_json
+from env_server.rewards import episode_rewards_data
 from env_server.sessions import Session, SessionRegistry
 
 __all__ = ["DebateService"]
@@ -180,23 +180,24 @@ class DebateService:
         first reset, as OpenEnv answers)."""
         if entry is None:
             return {"episode_id": None, "step_count": 0}
-        return {**entry.episode.state(), "graded": entry.record is not None,
-                "episode_reward": None if entry.record is None else entry.record.episode_reward}
+        data = entry.record_data
+        return {**entry.episode.state(), "graded": data is not None,
+                "episode_reward": None if data is None else data["episode_reward"]}
 
     def rewards_status(self, entry: EpisodeEntry) -> RewardsStatus:
         """``graded`` with the record, or ``pending``."""
-        if entry.record is None:
+        if not entry.is_graded:
             return RewardsStatus(status="pending", episode_id=entry.episode_id)
         return RewardsStatus(status="graded", episode_id=entry.episode_id, record=entry.record)
 
     async def wait_graded(self, entry: EpisodeEntry, timeout_s: float) -> EpisodeRewards | None:
         """The record once graded, or ``None`` after ``timeout_s`` (or if never finished)."""
-        if entry.record is not None:
-            return entry.record
-        try:
-            return await asyncio.wait_for(asyncio.shield(entry.graded), timeout_s)
-        except asyncio.TimeoutError:
-            return None
+        if not entry.is_graded:
+            try:
+                await asyncio.wait_for(asyncio.shield(entry.graded), timeout_s)
+            except asyncio.TimeoutError:
+                return None
+        return entry.record
 
     async def terminal_observation(self, entry: EpisodeEntry) -> bytes:
         """The terminal observation as the OpenEnv routes send it: carrying the episode reward
@@ -244,13 +245,10 @@ class DebateService:
     def _record(self, entry: EpisodeEntry) -> None:
         """Build, keep, log and push the record of a finished episode whose grades are all done."""
         grades = {t: future.result() for t, future in entry.grades.items()}
-        record = build_episode_rewards(entry.episode, grades, graded_at=time.time(), session_id=entry.session_id)
-        entry.record = record
-        entry.record_json = record_json(record)
+        entry.set_record(episode_rewards_data(entry.episode, grades, graded_at=time.time(), session_id=entry.session_id))
         self.episodes.mark_graded(entry, time.monotonic())
-        entry.graded.set_result(record)
         self.counters["episodes_graded"] += 1
-        self._log_trajectory(entry, record)
+        self._log_trajectory(entry)
         self._push_rewards(entry)
 
     def _push_rewards(self, entry: EpisodeEntry) -> None:
@@ -273,7 +271,7 @@ class DebateService:
                              b',"record":', entry.record_json, b"}"))
         return encode_frame("rewards", request_id, session.session_id, raw_data=body)
 
-    def _log_trajectory(self, entry: EpisodeEntry, record: EpisodeRewards) -> None:
+    def _log_trajectory(self, entry: EpisodeEntry) -> None:
         if self._trajectory is None:
             return
         head = orjson.dumps({

@@ -235,7 +235,7 @@ class MuxConnection:
             "session_id": session.session_id,
             "state": self.service.state_data(session.entry),
         })
-        if session.entry is not None and session.entry.record is not None:
+        if session.entry is not None and session.entry.is_graded:
             # The push may have gone to the dropped connection: send the record again (clients
             # de-duplicate by episode_id). It follows the "attached" reply.
             self._after_reply = self.service.rewards_frame(session, session.entry)
@@ -265,7 +265,7 @@ class MuxConnection:
         session = self.service.sessions.get(frame.session_id, self)
         session.touch()
         entry = self.service.entry_for(session, frame.data.episode_id)
-        if entry.record is not None or not frame.data.wait:
+        if entry.is_graded or not frame.data.wait:
             return self.service.rewards_frame(session, entry, frame.request_id)
 
         async def answer_when_graded() -> None:

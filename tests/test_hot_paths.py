@@ -2,8 +2,9 @@
 
 - ``last_boxed``'s fast path (one ``\\boxed{`` with plain content) against the brace-matching
   scan, on generated texts built from the characters that matter;
-- ``rewards.record_json`` (orjson, by hand) against pydantic's ``model_dump(mode="json")``, and
-  the ``model_construct`` records against fully validated ones, on every reward outcome.
+- ``rewards.episode_rewards_data`` (the record as plain JSON data, which the server serialises
+  with orjson) against the validated ``EpisodeRewards`` and its ``model_dump(mode="json")``, on
+  every combination of grades in three debates.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from env_server.grading import Grade
 from env_server.markers import ErrorKind
 from env_server.models import DebateAction, EpisodeRewards
 from env_server.problems import load_problem_source
-from env_server.rewards import build_episode_rewards, record_json
+from env_server.rewards import build_episode_rewards, episode_rewards_data
 
 PIECES = ["\\boxed{", "\\boxed", "\\boxed {", "\\fbox{", "{", "}", "\\", "\\\\", "\\{", "\\}", "a", "12", " ", "boxed{",
           "\\frac{1}{2}", "\n"]
@@ -62,16 +63,17 @@ def _episodes():
         yield episode
 
 
-def test_record_json_equals_pydantic_dump_on_every_outcome() -> None:
+def test_record_data_is_the_validated_records_json_form_on_every_outcome() -> None:
     checked = 0
     for episode in _episodes():
         graded = [t.t for t in episode.turns if t.needs_grade]
         for combo in itertools.product(GRADES, repeat=len(graded)):
             grades = dict(zip(graded, combo))
+            data = episode_rewards_data(episode, grades, graded_at=1234.5, session_id="s1")
             record = build_episode_rewards(episode, grades, graded_at=1234.5, session_id="s1")
-            dumped = record.model_dump(mode="json")
-            assert orjson.loads(record_json(record)) == dumped
-            # the constructed record is what full validation gives
-            assert EpisodeRewards.model_validate(dumped) == record
+            assert record.model_dump(mode="json") == data
+            # what the server sends is what pydantic would send
+            assert orjson.loads(orjson.dumps(data)) == orjson.loads(record.model_dump_json())
+            assert EpisodeRewards.model_validate_json(orjson.dumps(data)) == record
             checked += 1
     assert checked == 4**2 + 4**3 + 4**2
