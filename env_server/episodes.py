@@ -26,7 +26,8 @@ class EpisodeEntry:
     Attributes:
         episode: the debate.
         session_id: the session that plays it.
-        grades: turn index -> grading task/future of that turn's answer.
+        grades: turn index -> the grade of that turn's answer, or the future of a grade
+            still running in a worker.
         record_data: the rewards record as JSON data (``rewards.episode_rewards_data``) once
             graded, else ``None``.
         record_json: ``record_data`` serialised (what pushes, pulls and the trajectory log send).
@@ -39,7 +40,7 @@ class EpisodeEntry:
     def __init__(self, episode: DebateEpisode, session_id: str | None) -> None:
         self.episode = episode
         self.session_id = session_id
-        self.grades: dict[int, asyncio.Future[Grade]] = {}
+        self.grades: dict[int, Grade | asyncio.Future[Grade]] = {}
         self.record_data: dict[str, Any] | None = None
         self.record_json: bytes | None = None
         self._record: EpisodeRewards | None = None

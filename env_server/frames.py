@@ -27,10 +27,18 @@ def encode_frame(
         raw_data: already-serialised JSON for ``data``, embedded verbatim.
     """
     body = raw_data if raw_data is not None else orjson.dumps({} if data is None else data)
-    return b"".join((
-        b'{"type":', orjson.dumps(type_), b',"request_id":', orjson.dumps(request_id),
-        b',"session_id":', orjson.dumps(session_id), b',"data":', body, b"}",
-    ))
+    prefix = _PREFIXES.get(type_)
+    if prefix is None:
+        prefix = b'{"type":' + orjson.dumps(type_) + b',"request_id":'
+    return b"".join((prefix, orjson.dumps(request_id), b',"session_id":', orjson.dumps(session_id), b',"data":', body, b"}"))
+
+
+#: ``{"type":"<type>","request_id":`` for the server's frame types (every frame starts so)
+_PREFIXES = {
+    name: b'{"type":' + orjson.dumps(name) + b',"request_id":'
+    for name in ("opened", "attached", "observation", "state", "replay", "rewards", "closed", "pong", "error",
+                 "session_closed")
+}
 
 
 def encode_openenv_frame(type_: str, data: Any = None, raw_data: bytes | None = None) -> bytes:

@@ -139,7 +139,7 @@ class DebateService:
         if turn.needs_grade:
             entry.grades[turn.t] = self._grade(entry, turn)
         if entry.episode.done:
-            if all(future.done() for future in entry.grades.values()):
+            if not any(isinstance(grade, asyncio.Future) for grade in entry.grades.values()):
                 # every grade is known already (exact path or cache): finalise right after
                 # this step's reply is queued, without a task (the common case under load)
                 asyncio.get_running_loop().call_soon(self._record, entry)
@@ -228,23 +228,24 @@ class DebateService:
             self.episodes.discard(session.entry.episode_id)
         session.entry = None
 
-    def _grade(self, entry: EpisodeEntry, turn: TurnRecord) -> asyncio.Future[Grade]:
+    def _grade(self, entry: EpisodeEntry, turn: TurnRecord) -> Grade | asyncio.Future[Grade]:
+        """The grade when it is known at once (rules, exact path, cache), else the future of
+        the worker's grade."""
         gold = entry.episode.problem.answer
         quick = self.grader.quick_grade(gold, turn.answer)
         if quick is not None:
-            future: asyncio.Future[Grade] = asyncio.get_running_loop().create_future()
-            future.set_result(quick)
-            return future
+            return quick
         return asyncio.ensure_future(self.grader.grade(gold, turn.answer))
 
     async def _finalize(self, entry: EpisodeEntry) -> None:
-        for future in entry.grades.values():
-            await future
+        for t, grade in list(entry.grades.items()):
+            if isinstance(grade, asyncio.Future):
+                entry.grades[t] = await grade
         self._record(entry)
 
     def _record(self, entry: EpisodeEntry) -> None:
         """Build, keep, log and push the record of a finished episode whose grades are all done."""
-        grades = {t: future.result() for t, future in entry.grades.items()}
+        grades = {t: grade if isinstance(grade, Grade) else grade.result() for t, grade in entry.grades.items()}
         entry.set_record(episode_rewards_data(entry.episode, grades, graded_at=time.time(), session_id=entry.session_id))
         self.episodes.mark_graded(entry, time.monotonic())
         self.counters["episodes_graded"] += 1
