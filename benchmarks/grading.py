@@ -3,10 +3,12 @@
 Baseline (the named one): math-verify 0.9.0 end to end in this process, one check at a time:
 ``verify(parse("\\boxed{gold}"), parse(response))``, the usage its README gives.
 Ours: the env server's path for one turn: ``answers.last_boxed(response)`` then
-``Grader.grade(gold, answer)`` (rules and the exact path in the event loop, then the verdict
-cache, then math-verify in worker processes with gold parsing cached per worker), all checks of
-a workload submitted concurrently, as a busy server does. A fresh grader (cold verdict cache)
-per run, so no check is answered from an earlier run.
+``Grader.grade(gold, answer)`` (rules, the exact/rational paths and the closed-form path in the
+event loop, then the verdict cache, then math-verify in worker processes with parses cached per
+worker), all checks of a workload submitted concurrently, as a busy server does. A fresh grader
+(cold verdict cache, fresh worker processes, empty parse caches) per run, so no check is answered
+from an earlier run; the workers fork from the process's forkserver, which imported math-verify
+and warmed its parser on a fixed generic set of answer shapes once (not timed, like ``start()``).
 
 Workloads, from MATH-500 (``../shared/data/math500.jsonl``):
 - ``short``: short boxed responses ``So the final answer is $\\boxed{...}$``, one with the
@@ -16,7 +18,7 @@ Workloads, from MATH-500 (``../shared/data/math500.jsonl``):
 
 Reported per workload: checks/s for the baseline, our single worker and our pool (median of
 ``--repeats`` runs), the ratio ours/baseline (higher is better), how our grades were decided
-(exact path / cache / worker) and every verdict that differs from math-verify's, to compare with
+(exact / numeric / closed_form / cache / worker) and every verdict that differs from math-verify's, to compare with
 the documented policies (README, "Grading policies").
 
 Usage: ``python benchmarks/grading.py [--repeats 3] [--workers N]``. Prints a table and, last,
@@ -92,7 +94,7 @@ async def _run_ours(pairs: list[tuple[str, str]], workers: int) -> tuple[float, 
         grades = await asyncio.gather(*(grader.grade(gold, last_boxed(response)) for gold, response in pairs))
         rate = len(pairs) / (time.perf_counter() - start)
         sources = {k: v - baseline_stats.get(k, 0) for k, v in grader.stats.items()
-                   if k in ("exact", "numeric", "cache", "worker", "rule", "deduplicated", "timeouts")}
+                   if k in ("exact", "numeric", "closed_form", "cache", "worker", "rule", "deduplicated", "timeouts")}
         return rate, [g.correct for g in grades], sources
     finally:
         grader.close()

@@ -27,6 +27,20 @@ Grading policies (pinned by ``tests/test_grading_policies.py``):
   list ``1, 2`` is a set (quadratic roots in any order).
 - Text answers compare case-insensitively as math-verify symbols (``\\text{Monday}``).
 - ``\\mathrm{e}`` is Euler's number (math-verify cannot parse it otherwise).
+
+Speed (verdicts unchanged; measured on MATH-500 short answers, where parsing was 50-70 % of a
+worker's time and math-verify's comparison the rest):
+
+- Two-stage ANTLR parsing (:func:`_use_two_stage_parsing`): the LaTeX grammar is parsed first
+  in ANTLR's SLL prediction mode, and again in full LL mode only if SLL reports a syntax error.
+  ANTLR documents that SLL either returns the same tree as LL or fails, so results are
+  identical; SLL avoids full-context prediction, about half of the parse time.
+- Parses are cached per worker (:func:`_parse_latex`), for golds and short answers alike: a
+  gold recurs on every turn of its problem, and one problem's answer is often another's gold.
+- :func:`warm_up` parses and compares a fixed set of generic answer shapes once in the
+  forkserver (``env_server.grading_preload``), so every worker, replacements included, forks
+  with ANTLR's prediction DFA and sympy's caches already filled; a cold worker parses about
+  1.7x slower. The set is generic LaTeX, not benchmark data, and no verdict is kept.
 """
 
 from __future__ import annotations
@@ -40,11 +54,12 @@ from math_verify import LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
 from math_verify.grader import get_pct_val, safe_sympy_doit
 from math_verify.utils import timeout
+from antlr4.atn.PredictionMode import PredictionMode
 from sympy import Basic, Expr, Float, MatrixBase
 from sympy.core.relational import Relational
 from sympy.sets.sets import Set
 
-__all__ = ["grade_answer", "GradeOutcome"]
+__all__ = ["grade_answer", "GradeOutcome", "warm_up"]
 
 #: (correct, error_kind) where error_kind is None, "unparseable_answer" or "grading_timeout".
 GradeOutcome = tuple[bool, "str | None"]
@@ -53,6 +68,86 @@ GradeOutcome = tuple[bool, "str | None"]
 _EXTRACTION = [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
 _MATHRM_E = re.compile(r"\\(?:mathrm|operatorname|textrm|mathit)\s*(?:\{\s*e\s*\}|e\b)")
 _EXACT_DIGITS = 60
+#: answers up to this length have their parse cached (golds always do)
+_CACHED_PARSE_CHARS = 512
+
+
+def _use_two_stage_parsing() -> None:
+    """Make latex2sympy parse with ANTLR's two-stage strategy: SLL first, full LL on failure.
+
+    latex2sympy's ``PSParser`` always predicts in full LL mode, whose full-context
+    prediction is most of its parse time. ANTLR's documented guarantee for SLL mode is
+    that it "either returns a correct parse tree (the same parse tree that would be returned
+    with the LL prediction mode), or it will report a syntax error"; latex2sympy's error
+    listener turns every syntax error into an exception, so on any exception we parse again in
+    LL mode and the result is the one LL alone gives. Our own code rather than a math-verify
+    option because math-verify exposes none. ``TimeoutException`` (math-verify's soft timeout)
+    derives from ``BaseException`` and is not caught, so a timed-out parse is not retried.
+    """
+    from latex2sympy2_extended import latex2sympy2 as l2s
+
+    base = l2s.PSParser
+    if getattr(base, "two_stage", False):
+        return
+
+    class TwoStagePSParser(base):  # type: ignore[misc, valid-type]
+        two_stage = True
+
+        def math(self):
+            self._interp.predictionMode = PredictionMode.SLL
+            try:
+                return super().math()
+            except Exception:
+                self.reset()  # rewinds the token stream
+                self._interp.predictionMode = PredictionMode.LL
+                return super().math()
+
+    l2s.PSParser = TwoStagePSParser
+
+
+_use_two_stage_parsing()
+
+
+def _certainly_nonzero_polynomial(diff: Basic) -> bool:
+    """True when ``diff`` is a polynomial in its free symbols with a non-constant term whose
+    coefficient is a non-zero rational: such a polynomial is not identically zero, so
+    ``simplify(diff).is_zero`` cannot be True. Conservative: False whenever unsure."""
+    symbols = diff.free_symbols
+    if not symbols or not diff.is_polynomial(*symbols):
+        return False
+    terms = sympy.Poly(diff, *symbols).terms()
+    return any(any(monomial) and coeff.is_Rational and coeff != 0 for monomial, coeff in terms)
+
+
+def _use_quick_symbolic_inequality() -> None:
+    """Skip math-verify's ``simplify(a - b)`` when ``a - b`` is certainly a non-zero polynomial.
+
+    ``sympy_symbolic_eq`` (math-verify's last resort, ``simplify(a - b).is_zero``) is the
+    slowest step of a wrong answer such as ``8n^2 + 4n + 1`` against ``144`` (20-50 ms). When
+    the difference is a polynomial with a non-constant rational term it cannot simplify to zero
+    (:func:`_certainly_nonzero_polynomial`), so the verdict (False) is the one simplify would
+    give. Our own code because math-verify has no such shortcut; every other case still calls
+    math-verify's function.
+    """
+    import math_verify.grader as mv_grader
+
+    original = mv_grader.sympy_symbolic_eq
+    if getattr(original, "quick", False):
+        return
+
+    def sympy_symbolic_eq(a, b) -> bool:
+        try:
+            if isinstance(a, Expr) and isinstance(b, Expr) and _certainly_nonzero_polynomial(a - b):
+                return False
+        except Exception:
+            pass  # undecided: math-verify decides
+        return original(a, b)
+
+    sympy_symbolic_eq.quick = True  # type: ignore[attr-defined]
+    mv_grader.sympy_symbolic_eq = sympy_symbolic_eq
+
+
+_use_quick_symbolic_inequality()
 
 
 def _prepare(latex: str) -> str:
@@ -60,11 +155,19 @@ def _prepare(latex: str) -> str:
     return "\\boxed{" + _MATHRM_E.sub("e", latex) + "}"
 
 
-@lru_cache(maxsize=8192)
-def _parse_gold(gold: str, timeout_s: int) -> tuple:
-    """Parse a gold answer once per worker (cached): sympy objects plus a string fallback."""
-    return tuple(parse(_prepare(gold), _EXTRACTION, fallback_mode="first_match",
+def _parse_uncached(latex: str, timeout_s: int) -> tuple:
+    """math-verify's parse of one boxed answer: sympy objects plus a string fallback."""
+    return tuple(parse(_prepare(latex), _EXTRACTION, fallback_mode="first_match",
                        parsing_timeout=timeout_s, raise_on_error=True))
+
+
+#: Parses kept per worker (golds and short answers; failures are not cached).
+_parse_latex = lru_cache(maxsize=8192)(_parse_uncached)
+
+
+def _parse_answer(answer: str, timeout_s: int) -> tuple:
+    """An answer's parse, cached when short (long answers are rarely repeated)."""
+    return _parse_latex(answer, timeout_s) if len(answer) <= _CACHED_PARSE_CHARS else _parse_uncached(answer, timeout_s)
 
 
 def _is_scalar(x: object) -> bool:
@@ -161,9 +264,8 @@ def grade_answer(gold: str, answer: str, sig_figs: int = 6, timeout_s: int = 3) 
         ``"grading_timeout"`` when a soft timeout fired; else ``None``.
     """
     try:
-        gold_parsed = _parse_gold(gold, timeout_s)
-        pred_parsed = parse(_prepare(answer), _EXTRACTION, fallback_mode="first_match",
-                            parsing_timeout=timeout_s, raise_on_error=True)
+        gold_parsed = _parse_latex(gold, timeout_s)
+        pred_parsed = _parse_answer(answer, timeout_s)
         if not any(isinstance(p, (Basic, MatrixBase)) for p in pred_parsed):
             # No math in the answer: only an exact string match with a text gold counts.
             same = any(isinstance(g, str) and g.strip() == answer.strip() for g in gold_parsed)
@@ -176,3 +278,40 @@ def grade_answer(gold: str, answer: str, sig_figs: int = 6, timeout_s: int = 3) 
         return False, "grading_timeout"
     except Exception:  # math-verify/sympy failure on hostile or malformed input
         return False, "unparseable_answer"
+
+
+#: Generic answer shapes for :func:`warm_up` (made up here, not taken from any benchmark):
+#: numbers, fractions, radicals, decimals, percent, degrees, units, text, tuples, intervals,
+#: sets, matrices, equations, polynomials, complex numbers, base subscripts. ANTLR's prediction
+#: DFA is keyed by token-type sequences, so shapes matter, not values.
+_WARM_UP_SHAPES = [
+    "7", "-3", "1,234", r"5,\!000", "2.5", ".125", r"15\%", r"45^\circ", r"30^{\circ}", r"\$4.50", r"\$12",
+    r"\frac{2}{3}", r"-\dfrac 58", r"\frac9{14}", r"\frac{\sqrt{3}}{2}", r"2\sqrt{2}", r"\sqrt[3]{4}", r"3\pi",
+    r"\frac{\pi}{4}", r"-\frac{5\pi}{6}", r"\frac{3\sqrt{5}}{7}", r"4 + 2\sqrt{3}", r"\frac{1+\sqrt{5}}{2}", r"\pi^2",
+    r"\frac{\pi^2}{6}", r"2^{10}", r"1\frac{1}{2}", r"12 \text{ cm}^2", r"6\mbox{ inches}", r"7 \text{ dollars}",
+    r"\text{(B)}", r"\textbf{(D)}", r"\text{Tuesday}", r"\mbox{odd}", r"\text{circle}", "C",
+    r"(1,-2)", r"(3, 4, -5)", r"\left( 2, \frac{\pi}{3} \right)", r"\left[ \frac{1}{2}, \frac{3 \pi}{4} \right]",
+    r"(-\infty, 1) \cup (2, \infty)", r"[0, 5)", r"(3, 7]", r"(-\infty, 0]", r"(4, \infty)", r"(1,2) \cup (2,5)",
+    r"\{1, 3\}", "4, -1", r"-2, 3, 5", r"1 \pm \sqrt{3}", r"\{2 \pm \sqrt{7}, -1\}", r"x \in [1, 4]",
+    r"\begin{pmatrix} 1 \\ -2 \end{pmatrix}", r"\begin{pmatrix} 1/3 \\ 2 \\ -5/3 \end{pmatrix}",
+    r"\begin{pmatrix} 1 & 0 \\ 0 & 1 \end{pmatrix}", "y = 3x - 2", "x = 5", "2x + 3y - z + 1 = 0",
+    "x^2 + 2x - 3", r"x^4 - x^3 + x - 1", "4n^2 + n + 2", "3r^2 - 2r - 8", "10x - 7", "5a^3", "2k", "2m + 1",
+    "p + q", r"(x-1)(x+3)", r"(a+2)(b-1)", r"\frac{x+1}{x-1}", r"\frac{2+3a}{5}", r"\pi r^2", "3 + 4i",
+    r"-1 - 7i", r"2 - \sqrt{2}i", "101_2", "27_{8}", r"\sin x", r"\cot \theta", r"\log_2 8", r"e^{2}", r"\binom{5}{2}",
+    "4!", r"\infty",
+]
+
+
+def warm_up() -> None:
+    """Parse and compare :data:`_WARM_UP_SHAPES` pairwise (neighbours), then drop the parse cache.
+
+    Run in the forkserver (``env_server.grading_preload``) so that workers fork with ANTLR's
+    prediction DFA and sympy's caches filled (a fresh worker otherwise parses each new answer
+    shape about 1.5x slower). Nothing is kept that could answer a grade: the parse cache is
+    cleared and verdicts are not stored.
+    """
+    shapes = _WARM_UP_SHAPES
+    for i, gold in enumerate(shapes):
+        for answer in (shapes[i - 1], shapes[(i + 7) % len(shapes)], shapes[(i + 31) % len(shapes)]):
+            grade_answer(gold, answer)
+    _parse_latex.cache_clear()

@@ -27,7 +27,7 @@ PIECES = ["\\boxed{", "\\boxed", "\\boxed {", "\\fbox{", "{", "}", "\\", "\\\\",
           "\\frac{1}{2}", "\n"]
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), max_size=14))
 def test_last_boxed_fast_path_matches_the_scan(pieces: list[str]) -> None:
     text = "".join(pieces)
