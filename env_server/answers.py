@@ -41,16 +41,27 @@ def last_boxed(text: str) -> str | None:
         ``None`` when the text has no complete box. An unclosed last box (a response cut
         mid-answer) is skipped in favour of the previous complete one.
     """
-    # Fast path, the common shape: a single ``\\boxed{`` (and no ``\\fbox``) whose content has no
-    # brace or backslash. Then the first ``}`` after it closes it, and the scan below would
-    # return the same text (nothing inside can open, close or escape a brace).
-    start = text.find("\\boxed{")
-    if start >= 0 and "\\fbox" not in text and text.count("\\boxed") == 1:
-        close = text.find("}", start + 7)
-        if close >= 0:
-            content = text[start + 7 : close]
-            if "{" not in content and "\\" not in content:
-                return content.strip()
+    # Fast path, the common shape: a single ``\\boxed`` (and no ``\\fbox``). Its brace is then
+    # the only box opening, the brace tokens before it cannot close it, and scanning the tokens
+    # after it with a depth counter finds the same closing brace as the stack below.
+    start = text.find("\\boxed")
+    if start >= 0 and "\\fbox" not in text and text.find("\\boxed", start + 6) < 0:
+        match = _BOX_OPEN.match(text, start)
+        if match is None:
+            return None
+        close = text.find("}", match.end())
+        if close >= 0 and "{" not in text[match.end() : close] and "\\" not in text[match.end() : close]:
+            return text[match.end() : close].strip()  # plain content: the first ``}`` closes it
+        depth = 1
+        for token in _BRACE_TOKENS.finditer(text, match.end()):
+            brace = token.group()
+            if brace == "{":
+                depth += 1
+            elif brace == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[match.end() : token.start()].strip()
+        return None  # the only box is unclosed
     return _last_boxed_scan(text)
 
 

@@ -66,7 +66,7 @@ class DebateEpisode:
 
     __slots__ = (
         "episode_id", "problem", "max_rounds", "max_action_chars", "turns", "role", "round",
-        "accepted", "_rejected", "_observations",
+        "accepted", "_rejected", "_observations", "_transcript",
     )
 
     def __init__(self, episode_id: str, problem: Problem, max_rounds: int, max_action_chars: int) -> None:
@@ -81,6 +81,8 @@ class DebateEpisode:
         self.round = 0
         self.accepted = False
         self._rejected: set[str] = set()
+        #: transcript entries, built once per turn and shared by every later observation
+        self._transcript: list[dict[str, Any]] = []
         self._observations: list[bytes] = [self._serialize(None)]
 
     # ------------------------------------------------------------------ reading
@@ -164,6 +166,7 @@ class DebateEpisode:
                 turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
             self.role = None
         self.turns.append(turn)
+        self._transcript.append({"t": turn.t, "role": role.value, "round": turn.round, "content": content})
         self._observations.append(self._serialize(turn))
         return turn
 
@@ -236,9 +239,7 @@ class DebateEpisode:
                 "round": self.round,
                 "max_rounds": self.max_rounds,
                 "messages": self._messages(),
-                "transcript": [
-                    {"t": t.t, "role": t.role.value, "round": t.round, "content": t.content} for t in self.turns
-                ],
+                "transcript": self._transcript,
                 # inside the observation and at top level, as openenv 0.10 sends it
                 "metadata": metadata,
             },

@@ -91,7 +91,13 @@ class MuxConnection:
         self.batch = batch
         self.connection_id = uuid.uuid4().hex
         self.session_ids: set[str] = set()
-        self._out: asyncio.Queue[bytes] = asyncio.Queue(MAX_PENDING_FRAMES)
+        # Outbound frames. A list the write loop swaps out whole, rather than an asyncio.Queue
+        # (whose per-item put/get was ~5% of a loaded server's time): ``_wake`` tells the write
+        # loop there is something to send, ``_room`` that the list is below MAX_PENDING_FRAMES.
+        self._out: list[bytes] = []
+        self._wake = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
         self._waits: set[asyncio.Task[None]] = set()
         self._after_reply: bytes | None = None  # a push that must follow the current reply
         self._handlers = {
@@ -103,11 +109,11 @@ class MuxConnection:
 
     def push(self, frame: bytes) -> bool:
         """Queue a server-initiated frame; False when the outbound queue is full."""
-        try:
-            self._out.put_nowait(frame)
-            return True
-        except asyncio.QueueFull:
+        if len(self._out) >= MAX_PENDING_FRAMES:
             return False
+        self._out.append(frame)
+        self._wake.set()
+        return True
 
     async def run(self) -> None:
         """Serve the connection until it closes; then detach its sessions."""
@@ -132,27 +138,36 @@ class MuxConnection:
 
     async def _write_loop(self) -> None:
         send = self.websocket.send
-        out = self._out
         try:
             while True:
-                frame = await out.get()
-                if self.batch:
-                    # everything already queued goes out in this one message
-                    frames, size = [frame], len(frame)
-                    while not out.empty() and len(frames) < MAX_OUT_BATCH_FRAMES and size < MAX_OUT_BATCH_BYTES:
-                        frame = out.get_nowait()
-                        frames.append(frame)
-                        size += len(frame)
-                    frame = b"[" + b",".join(frames) + b"]"
-                await send({"type": "websocket.send", "text": frame.decode()})
+                while not self._out:
+                    self._wake.clear()
+                    await self._wake.wait()
+                frames, self._out = self._out, []
+                self._room.set()
+                if not self.batch:
+                    for frame in frames:
+                        await send({"type": "websocket.send", "text": frame.decode()})
+                    continue
+                # everything queued goes out together, in messages of bounded size
+                start = 0
+                while start < len(frames):
+                    end, size = start, 0
+                    while end < len(frames) and end - start < MAX_OUT_BATCH_FRAMES and size < MAX_OUT_BATCH_BYTES:
+                        size += len(frames[end])
+                        end += 1
+                    message = b"[" + b",".join(frames[start:end]) + b"]"
+                    await send({"type": "websocket.send", "text": message.decode()})
+                    start = end
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the receive loop sees the disconnect and cleans up
 
     async def _reply(self, frame: bytes) -> None:
-        try:
-            self._out.put_nowait(frame)
-        except asyncio.QueueFull:  # the client is not reading: wait for room
-            await self._out.put(frame)
+        while len(self._out) >= MAX_PENDING_FRAMES:  # the client is not reading: wait for room
+            self._room.clear()
+            await self._room.wait()
+        self._out.append(frame)
+        self._wake.set()
 
     async def _handle(self, raw: str | bytes) -> None:
         """One WebSocket message: a frame, or an array of frames (RFC 0005)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,7 +32,7 @@ garbage = st.one_of(st.binary(max_size=200), st.text(max_size=200), json_values.
 
 
 @st.composite
-def mutated_mux_frames(draw) -> str:
+def mutated_mux_frame_dicts(draw) -> dict:
     frame = {"type": draw(st.sampled_from(MUX_TYPES)), "request_id": draw(st.one_of(st.text(max_size=8), st.integers(), json_values))}
     if draw(st.booleans()):
         frame["session_id"] = draw(st.one_of(st.text(max_size=12), json_values))
@@ -42,7 +43,24 @@ def mutated_mux_frames(draw) -> str:
                                    "content": st.one_of(st.text(max_size=50), json_values)}),
             st.fixed_dictionaries({"t": st.one_of(st.integers(), json_values), "seed": st.integers()}),
         ))
-    return json.dumps(frame)
+    return frame
+
+
+#: one mutated frame, or a batch of them (RFC 0005), as sent
+mutated_mux_frames = st.one_of(
+    mutated_mux_frame_dicts().map(json.dumps),
+    st.lists(mutated_mux_frame_dicts(), min_size=1, max_size=5).map(json.dumps),
+)
+
+
+def expected_replies(raw: str | bytes) -> int:
+    """How many replies a message gets (RFC 0005): one per frame of a batch, else one.
+    JSON is read as the server reads it (orjson: e.g. integers past 64 bits are invalid)."""
+    try:
+        message = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return 1
+    return len(message) if isinstance(message, list) and message else 1
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +80,16 @@ def test_mux_frames_always_get_typed_replies_and_nothing_else_breaks(server_url,
     assert witness.request("reset", witness_id, {"problem_id": problem.problem_id})["type"] == "observation"
 
     @SETTINGS
-    @given(garbage | mutated_mux_frames())
+    @given(garbage | mutated_mux_frames)
     def check(raw) -> None:
         fuzz.send_raw(raw)
-        reply = fuzz.next_reply()
-        if reply["type"] == "error":
-            assert reply["data"]["code"] in ERROR_CODES, reply
-        else:  # a mutation that happened to be valid (ping, open, ...)
-            assert reply["type"] in {"pong", "opened", "observation", "state", "replay", "rewards", "closed",
-                                     "attached"}, reply
+        for _ in range(expected_replies(raw)):
+            reply = fuzz.next_reply()
+            if reply["type"] == "error":
+                assert reply["data"]["code"] in ERROR_CODES, reply
+            else:  # a mutation that happened to be valid (ping, open, ...)
+                assert reply["type"] in {"pong", "opened", "observation", "state", "replay", "rewards", "closed",
+                                         "attached"}, reply
 
     check()
     # the fuzzed connection, its earlier session and the witness all still work
