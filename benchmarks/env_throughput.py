@@ -56,6 +56,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from env_server.cli import free_port, wait_healthy  # noqa: E402
+from env_server.models import MAX_BATCH_FRAMES  # noqa: E402
 from env_server.problems import load_problem_source  # noqa: E402
 
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
@@ -220,6 +221,8 @@ class MuxConnection:
                     future.set_exception(ConnectionError(str(exc)))
 
     def _flush(self) -> None:
+        if not self.outbox:
+            return
         frames, self.outbox = self.outbox, []
         asyncio.ensure_future(self.ws.send((b"[" + b",".join(frames) + b"]").decode()))
 
@@ -233,9 +236,11 @@ class MuxConnection:
         if data is not None:
             frame["data"] = data
         if self.batch:
-            self.outbox.append(orjson.dumps(frame))
-            if len(self.outbox) == 1:
+            if not self.outbox:
                 asyncio.get_running_loop().call_soon(self._flush)
+            self.outbox.append(orjson.dumps(frame))
+            if len(self.outbox) >= MAX_BATCH_FRAMES:
+                self._flush()
         else:
             await self.ws.send(orjson.dumps(frame).decode())
         return await future

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import orjson
 import websockets
 
-from env_server.models import DebateObservation, EpisodeRewards, Role
+from env_server.models import MAX_BATCH_FRAMES, DebateObservation, EpisodeRewards, Role
 
 __all__ = ["MuxClient", "MuxSession", "MuxError", "StepResult", "SyncMuxClient", "SyncMuxSession"]
 
@@ -277,12 +277,13 @@ class MuxClient:
 
     def _enqueue(self, encoded: bytes) -> None:
         """Add a frame to the outgoing batch; it is sent at the end of this event-loop
-        iteration (or at once when the batch is full)."""
+        iteration, or at once when the batch is full (``max_batch_bytes`` or
+        ``MAX_BATCH_FRAMES`` frames, the server's limit)."""
         if not self._outbox:
             asyncio.get_running_loop().call_soon(self._flush)
         self._outbox.append(encoded)
         self._outbox_bytes += len(encoded)
-        if self._outbox_bytes >= self.max_batch_bytes:
+        if self._outbox_bytes >= self.max_batch_bytes or len(self._outbox) >= MAX_BATCH_FRAMES:
             self._flush()
 
     def _flush(self) -> None:

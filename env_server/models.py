@@ -383,6 +383,9 @@ ClientFrame = Annotated[
 
 CLIENT_FRAME_TYPES = ("open", "attach", "reset", "step", "state", "rewards", "close", "ping")
 
+MAX_BATCH_FRAMES = 1024
+"""Most frames in one ``/ws/mux`` batch message (RFC 0005), either way."""
+
 
 class ErrorData(BaseModel):
     """``data`` of an error frame. Extra fields depend on the code (e.g. ``error_kind``,

@@ -29,6 +29,7 @@ from env_server.errors import DebateError
 from env_server.frames import encode_frame, replay_body
 from env_server.models import (
     CLIENT_FRAME_TYPES,
+    MAX_BATCH_FRAMES,
     AttachFrame,
     ClientFrame,
     CloseFrame,
@@ -50,10 +51,9 @@ _FRAMES: TypeAdapter[Any] = TypeAdapter(ClientFrame)
 #: Frames waiting to be written per connection; replies wait for room (backpressure on a
 #: client that does not read), pushes are dropped when full (records stay pullable).
 MAX_PENDING_FRAMES = 4096
-#: Most frames in one client batch (RFC 0005); every frame of a longer batch is refused.
-MAX_BATCH_FRAMES = 1024
-#: Most frames / bytes the write loop puts in one outgoing batch message.
-MAX_OUT_BATCH_FRAMES = 1024
+#: Most frames (``models.MAX_BATCH_FRAMES``, for a client batch every frame of a longer one is
+#: refused) and bytes the write loop puts in one outgoing batch message.
+MAX_OUT_BATCH_FRAMES = MAX_BATCH_FRAMES
 MAX_OUT_BATCH_BYTES = 4 << 20
 
 
