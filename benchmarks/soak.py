@@ -2,9 +2,10 @@
 
 Starts ``mathdebate serve`` (built-in problems), opens ``--sessions`` sessions over
 ``--connections`` ``/ws/mux`` connections and plays whole debates in each until ``--minutes``
-have passed: a mix of correct answers (the reference answer) and wrong ones (a fresh fraction,
-so part of the load reaches the grading workers), every episode waiting for its pushed
-rewards before the next one. Every ``--interval`` seconds it prints completed episodes, errors,
+have passed: a mix of correct answers (the reference answer) and wrong ones (a fresh cube
+root, ``\\sqrt[3]{N}``, which no event-loop fast path decides, so part of the load reaches the
+grading workers), every episode waiting for its pushed rewards before the next one. The
+connections batch frames (RFC 0005), as ``env_server.client.MuxClient`` does by default. Every ``--interval`` seconds it prints completed episodes, errors,
 p50/p99 step latency of that interval and the server's resident memory (``VmRSS``).
 
 Usage: ``python benchmarks/soak.py --sessions 1000 --minutes 10``. Prints the interval table,
@@ -37,8 +38,8 @@ async def soak(url: str, pid: int, sessions: int, connections: int, seconds: flo
     problems = [source.by_seed(i) for i in range(2000)]
     counter = itertools.count(10_000_019)
     rng = random.Random(0)
-    ws_url = url.replace("http", "ws") + "/ws/mux"
-    conns = [MuxConnection(await connect(ws_url, max_size=None, compression=None, ping_interval=None))
+    ws_url = url.replace("http", "ws") + "/ws/mux?batch=1"
+    conns = [MuxConnection(await connect(ws_url, max_size=None, compression=None, ping_interval=None), batch=True)
              for _ in range(connections)]
     latencies: list[float] = []
     totals = {"episodes": 0, "errors": 0, "correct": 0}
@@ -50,7 +51,7 @@ async def soak(url: str, pid: int, sessions: int, connections: int, seconds: flo
         while not stop.is_set():
             problem = rng.choice(problems)
             wrong = rng.random() < wrong_fraction
-            answer = f"\\frac{{{next(counter)}}}{{7}}" if wrong else problem.answer
+            answer = f"\\sqrt[3]{{{next(counter)}}}" if wrong else problem.answer
             reply = await conn.request("reset", session_id, {"problem_id": problem.problem_id})
             if reply["type"] != "observation":
                 totals["errors"] += 1

@@ -27,22 +27,22 @@ class EpisodeEntry:
         episode: the debate.
         session_id: the session that plays it.
         grades: turn index -> the grade of that turn's answer, or the future of a grade
-            still running in a worker.
-        record_data: the rewards record as JSON data (``rewards.episode_rewards_data``) once
-            graded, else ``None``.
-        record_json: ``record_data`` serialised (what pushes, pulls and the trajectory log send).
+            still running in a worker (emptied once the record is built).
+        record_json: the rewards record serialised once graded (what pushes, pulls and the
+            trajectory log send), else ``None``.
+        episode_reward: the record's ``episode_reward`` once graded, else ``None``.
         graded: resolved (with ``None``) when grading finishes.
         graded_at: monotonic time of grading (0 while pending), for retention.
     """
 
-    __slots__ = ("episode", "session_id", "grades", "record_data", "record_json", "_record", "graded", "graded_at")
+    __slots__ = ("episode", "session_id", "grades", "record_json", "episode_reward", "_record", "graded", "graded_at")
 
     def __init__(self, episode: DebateEpisode, session_id: str | None) -> None:
         self.episode = episode
         self.session_id = session_id
         self.grades: dict[int, Grade | asyncio.Future[Grade]] = {}
-        self.record_data: dict[str, Any] | None = None
         self.record_json: bytes | None = None
+        self.episode_reward: float | None = None
         self._record: EpisodeRewards | None = None
         self.graded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.graded_at = 0.0
@@ -53,19 +53,21 @@ class EpisodeEntry:
 
     @property
     def is_graded(self) -> bool:
-        return self.record_data is not None
+        return self.record_json is not None
 
     @property
     def record(self) -> EpisodeRewards | None:
-        """The rewards record as a validated model (built on first use), or ``None`` while pending."""
-        if self._record is None and self.record_data is not None:
-            self._record = EpisodeRewards.model_validate(self.record_data)
+        """The rewards record as a validated model (parsed from ``record_json`` on first use),
+        or ``None`` while pending. Retained episodes keep only the JSON (memory)."""
+        if self._record is None and self.record_json is not None:
+            self._record = EpisodeRewards.model_validate_json(self.record_json)
         return self._record
 
     def set_record(self, data: dict[str, Any]) -> None:
-        """Store the graded record (JSON data), serialise it once and wake the waiters."""
-        self.record_data = data
+        """Store the graded record (``rewards.episode_rewards_data``) serialised, and wake the waiters."""
         self.record_json = orjson.dumps(data)
+        self.episode_reward = data["episode_reward"]
+        self.grades = {}
         self.graded.set_result(None)
 
 

@@ -180,9 +180,7 @@ class DebateService:
         first reset, as OpenEnv answers)."""
         if entry is None:
             return {"episode_id": None, "step_count": 0}
-        data = entry.record_data
-        return {**entry.episode.state(), "graded": data is not None,
-                "episode_reward": None if data is None else data["episode_reward"]}
+        return {**entry.episode.state(), "graded": entry.is_graded, "episode_reward": entry.episode_reward}
 
     def rewards_status(self, entry: EpisodeEntry) -> RewardsStatus:
         """``graded`` with the record, or ``pending``."""
