@@ -6,13 +6,15 @@ one uvicorn process each, started fresh by this script on this machine. The load
 (this process) plays whole debates in ``N`` concurrent sessions: reset, solver answer, verifier
 accepts, judge answer; an episode counts once graded (ours: the pushed ``rewards`` frame;
 OpenEnv: the terminal observation, which carries the reward). Ours spreads the sessions over
-``--connections`` WebSockets; OpenEnv has one WebSocket per session.
+``--connections`` WebSockets that batch frames (RFC 0005, as ``MuxClient`` does by default;
+``--no-batch`` for plain RFC 0001); OpenEnv has one WebSocket per session, one frame per message.
 
 Workloads:
 - ``cached``: built-in problems answered with their reference answer, so every grade is known
   without a grading worker (exact path or verdict cache): transport and session cost.
-- ``fresh``: MATH-500 problems answered with a never-seen wrong answer each time, so every
-  solver and judge turn goes to a grading worker: grading cost.
+- ``fresh``: MATH-500 problems answered with a never-seen wrong answer each time, a cube root
+  ``\\sqrt[3]{N}`` that no event-loop fast path decides, so every solver and judge turn goes to
+  a grading worker: grading cost.
 
 Reported per (server, workload, sessions): steps/s (``step`` requests answered per second in the
 measured window, after all sessions are open), episodes/s, p50/p99 step latency, errors.
@@ -141,8 +143,8 @@ def make_workload(name: str) -> Workload:
         counter = itertools.count(1_000_003)
 
         def fresh() -> tuple[str, str, str]:
-            return (next(ids), f"So \\boxed{{\\frac{{{next(counter)}}}{{97}}}}.",
-                    f"Final: \\boxed{{\\frac{{{next(counter)}}}{{89}}}}.")
+            return (next(ids), f"So \\boxed{{\\sqrt[3]{{{next(counter)}}}}}.",
+                    f"Final: \\boxed{{\\sqrt[3]{{{next(counter)}}}}}.")
 
         return Workload(name, str(MATH500), fresh)
     raise ValueError(f"unknown workload {name!r}")
@@ -472,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="mean pause of each session after each reply (0: closed loop, as fast as possible); "
                              "with many sessions this holds them open at a steady offered load")
     parser.add_argument("--repeats", type=int, default=1, help="runs per row; the median is reported")
+    parser.add_argument("--no-batch", action="store_true", help="our connections send one frame per message")
     args = parser.parse_args(argv)
 
     rows: list[Row] = []
@@ -492,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs = []
                     for _ in range(args.repeats):
                         if server_name == "ours":
-                            tally = asyncio.run(run_ours(url, sessions, args.connections, workload, args.seconds))
+                            tally = asyncio.run(run_ours(url, sessions, args.connections, workload, args.seconds,
+                                                         batch=not args.no_batch))
                         else:
                             tally = asyncio.run(run_openenv(url, sessions, workload, args.seconds))
                         runs.append(row_of(server_name, workload_name, sessions, tally))
@@ -506,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-          f"grading workers {args.grading_workers}; our connections {args.connections}; window {args.seconds:.0f} s; "
+          f"grading workers {args.grading_workers}; our connections {args.connections} "
+          f"({'one frame per message' if args.no_batch else 'batched'}); window {args.seconds:.0f} s; "
           f"think {args.think_ms:g} ms")
     print("| workload | sessions | ours steps/s | OpenEnv steps/s | ratio | ours episodes/s | OpenEnv episodes/s "
           "| ours p50/p99 ms | OpenEnv p50/p99 ms |")
@@ -527,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     if memory:
         print(f"memory per idle session ({args.idle_sessions} sessions): "
               + ", ".join(f"{k} {v:.1f} KiB" for k, v in memory.items()))
-    result = {**summary, "unit": "steps/s", "think_ms": args.think_ms, "memory_kib_per_idle_session": memory,
+    result = {**summary, "unit": "steps/s", "think_ms": args.think_ms, "batched": not args.no_batch, "memory_kib_per_idle_session": memory,
               "rows": [asdict(r) for r in rows]}
     print(json.dumps(result))
     return 0

@@ -175,9 +175,9 @@ class MuxConnection:
         if frame_too_large(raw, limit):
             size = len(raw) if isinstance(raw, bytes) else len(raw.encode())
             message = f"frame of {size} bytes exceeds the limit of {limit} bytes"
-            # The message is already in memory (under the transport limit): answer each of its
-            # frames by request id, so no request waits for a reply that never comes.
-            for request_id, session_id in _message_ids(raw) or [(None, None)]:
+            # The message is already in memory (under the transport limit): answer its frames
+            # by request id, so no request waits for a reply that never comes.
+            for request_id, session_id in _answerable(_message_ids(raw)):
                 await self._reply(error_frame(ErrorCode.FRAME_TOO_LARGE, message, request_id, session_id, limit=limit))
             return
         try:
@@ -190,7 +190,7 @@ class MuxConnection:
                 await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, "an empty batch: send at least one frame"))
             elif len(obj) > MAX_BATCH_FRAMES:
                 message = f"a batch of {len(obj)} frames exceeds the limit of {MAX_BATCH_FRAMES} frames"
-                for request_id, session_id in map(_ids_of, obj):
+                for request_id, session_id in _answerable([_ids_of(item) for item in obj]):
                     await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, message, request_id, session_id,
                                                   max_batch_frames=MAX_BATCH_FRAMES))
             else:
@@ -309,6 +309,13 @@ def _ids_of(obj: Any) -> tuple[Any, str | None]:
     session_id = obj.get("session_id")
     return (request_id if isinstance(request_id, (str, int)) else None,
             session_id if isinstance(session_id, str) else None)
+
+
+def _answerable(ids: list[tuple[Any, str | None]]) -> list[tuple[Any, str | None]]:
+    """Whom to answer when a whole message is refused: the frames that carry a request id (at
+    most ``MAX_BATCH_FRAMES``, so a flood of tiny elements cannot make millions of error frames),
+    or one frame with a null id when none does."""
+    return [pair for pair in ids if pair[0] is not None][:MAX_BATCH_FRAMES] or [(None, None)]
 
 
 def _message_ids(raw: str | bytes) -> list[tuple[Any, str | None]]:

@@ -77,3 +77,14 @@ def test_record_data_is_the_validated_records_json_form_on_every_outcome() -> No
             assert EpisodeRewards.model_validate_json(orjson.dumps(data)) == record
             checked += 1
     assert checked == 4**2 + 4**3 + 4**2
+
+
+def test_reset_observation_from_the_template_is_the_serialised_one(math500_path) -> None:
+    from env_server.problems import load_problem_source as load
+
+    problems = [load(None).by_seed(i) for i in range(20)] + [load(str(math500_path)).by_seed(i) for i in range(40)]
+    for i, problem in enumerate(problems):
+        for max_rounds in (1, 2, 3):
+            for episode_id in (f"ep-{i}", "quote\"back\\slash\u00e9\u0000", "x" * 255):
+                episode = DebateEpisode(episode_id, problem, max_rounds, max_action_chars=100)
+                assert episode.last_observation == episode._serialize(None)

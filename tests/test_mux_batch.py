@@ -85,13 +85,14 @@ def test_over_long_batch_is_refused_frame_by_frame_and_nothing_runs(server_url) 
         async with websockets.connect(ws_url(server_url, "?batch=1"), max_size=None) as ws:
             count = MAX_BATCH_FRAMES + 1
             await ws.send(json.dumps([{"type": "open", "request_id": i} for i in range(count)]))
-            frames = await recv_frames(ws, count)
-            assert [f["request_id"] for f in frames] == list(range(count))
+            frames = await recv_frames(ws, MAX_BATCH_FRAMES)  # the first 1,024 request ids (RFC 0005)
+            assert [f["request_id"] for f in frames] == list(range(MAX_BATCH_FRAMES))
             assert {f["data"]["code"] for f in frames} == {"VALIDATION_ERROR"}
             assert frames[0]["data"]["max_batch_frames"] == MAX_BATCH_FRAMES
             assert httpx.get(server_url + "/stats").json()["sessions"] == before  # no session was opened
             await ws.send(json.dumps({"type": "ping", "request_id": "after"}))
-            assert (await recv_frames(ws, 1))[0]["type"] == "pong"
+            (pong,) = await recv_frames(ws, 1)  # nothing else was sent before it
+            assert pong["type"] == "pong" and pong["request_id"] == "after"
 
     run(main())
 
@@ -118,5 +119,23 @@ def test_without_batch_replies_to_a_batch_come_one_frame_per_message(server_url,
             replies = [json.loads(await asyncio.wait_for(ws.recv(), 15)) for _ in range(3)]
             assert all(isinstance(r, dict) for r in replies)
             assert [(r["request_id"], r["type"]) for r in replies] == [(1, "pong"), (2, "error"), (3, "pong")]
+
+    run(main())
+
+
+def test_flood_of_id_less_elements_gets_one_error_and_the_connection_works(server_url) -> None:
+    """An over-long batch of bare values (and an oversize one) is answered once, not once per
+    element: the server does not turn a few bytes per element into an error frame each."""
+    async def main() -> None:
+        async with websockets.connect(ws_url(server_url, "?batch=1"), max_size=None) as ws:
+            await ws.send("[" + ",".join(["1"] * 200_000) + "]")  # 400 KB, 200,000 elements
+            (refusal,) = await recv_frames(ws, 1)
+            assert refusal["request_id"] is None and refusal["data"]["code"] == "VALIDATION_ERROR"
+            await ws.send("[" + ",".join(["1"] * 600_000) + "]")  # 1.2 MB: over max_frame_bytes
+            (refusal,) = await recv_frames(ws, 1)
+            assert refusal["request_id"] is None and refusal["data"]["code"] == "FRAME_TOO_LARGE"
+            await ws.send(json.dumps({"type": "ping", "request_id": "still here"}))
+            (pong,) = await recv_frames(ws, 1)
+            assert pong["type"] == "pong" and pong["request_id"] == "still here"
 
     run(main())
