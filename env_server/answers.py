@@ -346,6 +346,9 @@ def _split_top_level(text: str, separator: str) -> list[str]:
     return parts
 
 
+# Both readers are pure functions of a short text (at most _MAX_VALUE_CHARS) and a gold is
+# read again on every turn of its problem: cache them.
+@lru_cache(maxsize=16384)
 def _value(text: str) -> Interval | None:
     try:
         return _Reader(text).read()
@@ -357,6 +360,7 @@ def _distinct(a: Interval, b: Interval) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
 
+@lru_cache(maxsize=16384)
 def _container(text: str) -> bool:
     """True when ``text`` is, for math-verify, a tuple, set, interval or union of intervals
     with at least two certainly distinct closed-form elements (or an interval of positive
