@@ -82,18 +82,19 @@ def test_build_role_items_flattens_rollouts_by_role():
     items = build_role_items([one_round, three_rounds], group_ids=[7, 7])
     assert items.index == ((0, Role.SOLVER), (0, Role.VERIFIER), (0, Role.JUDGE),
                            (1, Role.SOLVER), (1, Role.VERIFIER), (1, Role.JUDGE))
-    assert items.role_labels == ("solver", "verifier", "judge") * 2
+    assert items.roles == (Role.SOLVER, Role.VERIFIER, Role.JUDGE) * 2
+    assert all(type(role) is Role for role in items.roles)
     assert items.rewards.dtype == np.float32
     np.testing.assert_array_equal(items.rewards, [1, 1, 1, 1, 1, 1])
-    assert list(items.metadata["group_ids"]) == [7] * 6
-    assert items.metadata["facts"][3] is three_rounds.facts
-    assert items.metadata["turns"][4] is three_rounds.turns
+    assert list(items.group_ids) == [7] * 6
+    assert items.batch.facts is not None and items.batch.facts[3] is three_rounds.facts
+    assert items.batch.turns is not None and items.batch.turns[4] is three_rounds.turns
     assert items.turn_roles[1] == (Role.SOLVER, Role.VERIFIER) * 3 + (Role.JUDGE,)
 
 
 def test_build_role_items_role_subset_and_order():
     items = build_role_items([make_record([False], [False], False)], [0], roles=["verifier", Role.SOLVER])
-    assert items.role_labels == ("verifier", "solver")
+    assert items.roles == (Role.VERIFIER, Role.SOLVER)
     np.testing.assert_array_equal(items.rewards, [0, 0])
 
 
@@ -111,14 +112,14 @@ def test_build_role_items_rejects_ungraded_and_bad_input():
 # --------------------------------------------------------------------------- write-back
 
 
-LABELS = ("solver", "verifier", "judge", "critic")
+LABELS = ("solver", "verifier", "judge", "solver")
 
 
 def test_resolve_per_role_dict_missing_role_keeps_raw_and_judge_is_zero():
     raw = np.array([1.0, 1.0, 1.0, 0.5], dtype=np.float32)
     shaped = {"solver": np.array([10, 20, 30, 40.0]), Role.JUDGE: np.array([9, 9, 9, 9.0])}
     out = resolve_item_values(shaped, raw, LABELS)
-    np.testing.assert_array_equal(out, [10, 1, 0, 0.5])   # verifier & critic: raw; judge: 0
+    np.testing.assert_array_equal(out, [10, 1, 0, 40])    # verifier: raw (no key); judge: 0
     assert out.dtype == np.float32
     np.testing.assert_array_equal(raw, [1, 1, 1, 0.5])    # input untouched
 
@@ -186,7 +187,7 @@ def test_judge_zero_never_enters_a_group_mean():
     # and the same through the whole path from records: judge items carry raw G=1 here
     records = [make_record([True], [True], True), make_record([False], [False], False)]
     items = build_role_items(records, [0, 0], roles=[Role.SOLVER, Role.JUDGE])
-    adv = group_normalize(shape_items(get_strategy("identity"), items), items.role_labels, items.metadata["group_ids"])
+    adv = group_normalize(shape_items(get_strategy("identity"), items), items.roles, items.group_ids)
     np.testing.assert_allclose(adv, [0.5 / (np.sqrt(0.5) + 1e-4), 0, -0.5 / (np.sqrt(0.5) + 1e-4), 0], rtol=1e-6)
 
 
@@ -273,7 +274,7 @@ class _Broken(get_strategy("identity").__class__):
 
     name = "broken_for_test"
 
-    def shape_rewards(self, rewards, role_labels, metadata):
+    def shape(self, batch):
         raise RuntimeError("boom")
 
 

@@ -26,7 +26,7 @@ from trainer_client.shaping import (
     register_strategy,
     shaping_metrics,
 )
-from trainer_client.shaping.base import VERIFIER_ACCEPT_PROB
+from trainer_client.shaping.base import VERIFIER_ACCEPT_PROB, ShapingBatch
 
 BUILTIN = ("coma_advantage", "difference_rewards", "identity", "potential_based", "reward_mixing")
 
@@ -48,12 +48,12 @@ def readonly(a: np.ndarray) -> np.ndarray:
 
 
 def mixed_batch(dtype=np.float32):
-    """Two debates of one prompt, flattened to (rollout, role) items, plus an unknown role."""
+    """Two debates of one prompt, flattened to (rollout, role) items."""
     f0 = facts(first=False, final=True, local_solver=0.5, local_verifier=1.0)   # verifier fixed it
     f1 = facts(first=True, final=False, local_solver=1.0, local_verifier=0.0)   # verifier broke it
-    rewards = readonly(np.array([1, 1, 1, 0, 0, 0, 1], dtype=dtype))
-    labels = ["solver", "verifier", "judge", "solver", "verifier", "judge", "critic"]
-    metadata = {"facts": [f0, f0, f0, f1, f1, f1, f0], "group_ids": [0] * 7}
+    rewards = readonly(np.array([1, 1, 1, 0, 0, 0], dtype=dtype))
+    labels = [Role.SOLVER, Role.VERIFIER, Role.JUDGE] * 2
+    metadata = {"facts": [f0, f0, f0, f1, f1, f1], "group_ids": [0] * 6}
     return rewards, labels, metadata
 
 
@@ -67,7 +67,8 @@ STRATEGIES = [
 
 
 def shape(name, rewards, labels, metadata, **params):
-    return resolve_item_values(get_strategy(name, **params).shape_rewards(rewards, labels, metadata), rewards, labels)
+    return resolve_item_values(get_strategy(name, **params).shape(ShapingBatch(rewards, labels, **metadata)), rewards,
+                               labels)
 
 
 # --------------------------------------------------------------------------- registry and config
@@ -134,7 +135,7 @@ def test_identity_equals_no_strategy():
     shaped = shape("identity", rewards, labels, metadata)
     unshaped = resolve_item_values(rewards, rewards, labels)
     assert torch.allclose(torch.from_numpy(shaped), torch.from_numpy(unshaped), atol=1e-6, rtol=1e-5)
-    np.testing.assert_array_equal(unshaped, [1, 1, 0, 0, 0, 0, 1])
+    np.testing.assert_array_equal(unshaped, [1, 1, 0, 0, 0, 0])
 
 
 @pytest.mark.parametrize("name, params", STRATEGIES)
@@ -142,33 +143,56 @@ def test_identity_equals_no_strategy():
 def test_every_strategy_keeps_dtype_zeroes_judge_and_never_mutates(name, params, dtype):
     rewards, labels, metadata = mixed_batch(dtype)
     raw_before = rewards.copy()
-    result = get_strategy(name, **params).shape_rewards(rewards, labels, metadata)
+    result = get_strategy(name, **params).shape(ShapingBatch(rewards, labels, **metadata))
     arrays = result.values() if isinstance(result, dict) else [result]
-    assert all(a.shape == (7,) and a.dtype == dtype for a in arrays)  # per-role results fill all B
+    assert all(a.shape == (6,) and a.dtype == dtype for a in arrays)  # per-role results fill all B
     out = resolve_item_values(result, rewards, labels)
     assert out.dtype == dtype
     assert out[2] == 0 and out[5] == 0                       # judge items
     np.testing.assert_array_equal(rewards, raw_before)
 
 
-@pytest.mark.parametrize("name, params", STRATEGIES)
-def test_unknown_role_falls_back_to_raw(name, params):
-    rewards, labels, metadata = mixed_batch()
-    assert shape(name, rewards, labels, metadata, **params)[6] == rewards[6]
+def test_unknown_role_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown role"):
+        ShapingBatch(np.zeros(2), ("solver", "critic"))
+    with pytest.raises(ValueError, match="critic"):
+        resolve_item_values({"critic": np.zeros(2)}, np.zeros(2), [Role.SOLVER, Role.VERIFIER])
 
 
-@pytest.mark.parametrize("name, params", STRATEGIES)
-def test_malformed_batches_are_rejected(name, params):
-    strategy = get_strategy(name, **params)
+def test_malformed_batches_are_rejected():
     meta = {"group_ids": [0, 0]}
+    two = (Role.SOLVER, Role.VERIFIER)
     with pytest.raises(TypeError):
-        strategy.shape_rewards(np.array([1, 0]), ["solver", "verifier"], meta)            # int rewards
+        ShapingBatch(np.array([1, 0]), two, **meta)                  # int rewards
     with pytest.raises(ValueError):
-        strategy.shape_rewards(np.zeros((2, 1)), ["solver", "verifier"], meta)            # not (B,)
+        ShapingBatch(np.zeros((2, 1)), two, **meta)                  # not (B,)
     with pytest.raises(ValueError):
-        strategy.shape_rewards(np.zeros(2), ["solver"], meta)                             # labels length
-    with pytest.raises(ValueError):
-        strategy.shape_rewards(np.zeros(2), ["solver", "verifier"], {"group_ids": [0]})   # column length
+        ShapingBatch(np.zeros(2), (Role.SOLVER,), **meta)            # roles length
+    with pytest.raises(ValueError, match="group_ids"):
+        ShapingBatch(np.zeros(2), two, group_ids=[0])                # column length
+    batch = ShapingBatch(np.zeros(2), ("solver", "verifier"), **meta)
+    assert batch.roles == two and all(type(r) is Role for r in batch.roles) and batch.group_ids == (0, 0)
+    np.testing.assert_array_equal(batch.is_role(Role.VERIFIER), [False, True])  # not numpy's str(Role) compare
+
+
+def test_pre_0_5_column_form_still_works_with_a_deprecation_warning():
+    """``shape_rewards(rewards, labels, metadata)`` and subclasses that implement only it keep
+    working for one release, each with a DeprecationWarning."""
+    rewards, labels, metadata = mixed_batch()
+    with pytest.warns(DeprecationWarning, match="shape_rewards"):
+        legacy_out = get_strategy("difference_rewards").shape_rewards(rewards, [r.value for r in labels], metadata)
+    typed_out = get_strategy("difference_rewards").shape(ShapingBatch(rewards, labels, **metadata))
+    assert legacy_out.keys() == typed_out.keys()
+    for role in typed_out:
+        np.testing.assert_array_equal(legacy_out[role], typed_out[role])
+
+    with pytest.warns(DeprecationWarning, match="implement shape"):
+        class Doubling(RewardShapingStrategy):
+            def shape_rewards(self, rewards, role_labels, metadata):
+                assert role_labels == ["solver", "verifier", "judge"] * 2 and set(metadata) == {"facts", "group_ids"}
+                return rewards * 2
+
+    np.testing.assert_array_equal(Doubling().shape(ShapingBatch(rewards, labels, **metadata)), rewards * 2)
 
 
 # --------------------------------------------------------------------------- potential_based
@@ -181,8 +205,8 @@ def turns(*specs: tuple[str, ErrorKind | None]) -> list[TurnReward]:
 @pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
 def test_potential_zero_leaves_rewards_unchanged(gamma):
     rewards, labels, metadata = mixed_batch()
-    metadata["turns"] = [turns(("solver", None), ("verifier", None))] * 7
-    out = get_strategy("potential_based", gamma=gamma, potential_type="zero").shape_rewards(rewards, labels, metadata)
+    metadata["turns"] = [turns(("solver", None), ("verifier", None))] * 6
+    out = get_strategy("potential_based", gamma=gamma, potential_type="zero").shape(ShapingBatch(rewards, labels, **metadata))
     np.testing.assert_array_equal(out, rewards)
 
 
@@ -196,7 +220,7 @@ def test_potential_has_parsable_answer_hand_computed():
     rewards = readonly(np.array([0, 0, 0, 1, 1, 1, 1], dtype=np.float32))
     labels = ["solver", "verifier", "judge", "solver", "verifier", "judge", "solver"]
     metadata = {"turns": [a, a, a, b, b, b, None]}
-    out = get_strategy("potential_based", gamma=0.5).shape_rewards(rewards, labels, metadata)
+    out = get_strategy("potential_based", gamma=0.5).shape(ShapingBatch(rewards, labels, **metadata))
     # r + γ·Φ(s') − Φ(s), Φ(s) = 0; the item with no turns keeps its reward
     np.testing.assert_allclose(out, [0.5, 0.0, 0.5, 1.0, 1.5, 1.0, 1.0])
     assert out.dtype == np.float32
@@ -208,12 +232,12 @@ def test_potential_has_parsable_answer_hand_computed():
 
 def test_difference_rewards_with_facts():
     rewards, labels, metadata = mixed_batch()
-    result = get_strategy("difference_rewards").shape_rewards(rewards, labels, metadata)
+    result = get_strategy("difference_rewards").shape(ShapingBatch(rewards, labels, **metadata))
     assert set(result) == {"solver", "verifier"}
     # solver: G − 0; verifier: G − first_answer_correct, for every item's episode
-    np.testing.assert_array_equal(result["solver"], [1, 1, 1, 0, 0, 0, 1])
-    np.testing.assert_array_equal(result["verifier"], [1, 1, 1, -1, -1, -1, 1])
-    np.testing.assert_array_equal(resolve_item_values(result, rewards, labels), [1, 1, 0, 0, -1, 0, 1])
+    np.testing.assert_array_equal(result["solver"], [1, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(result["verifier"], [1, 1, 1, -1, -1, -1])
+    np.testing.assert_array_equal(resolve_item_values(result, rewards, labels), [1, 1, 0, 0, -1, 0])
 
 
 def test_difference_rewards_without_facts_is_raw():
@@ -289,7 +313,7 @@ HAND_COMPUTED = [
 
 def test_coma_verifier_hand_computed_differs_from_group_mean_after_normalisation():
     rewards, labels, metadata = debates(HAND_COMPUTED, group_ids=[0] * 4)
-    result = get_strategy("coma_advantage").shape_rewards(rewards, labels, metadata)
+    result = get_strategy("coma_advantage").shape(ShapingBatch(rewards, labels, **metadata))
     # Q̂(accept) = F = [1, 1, 0, 0]
     # Q̂(reject): r0 accepted, rejected rollouts with F=1: {r1: G=0} -> 0; r1 rejected: own G=0;
     #            r2 rejected: own G=1; r3 accepted, rejected rollouts with F=0: {r2: G=1} -> 1
@@ -333,7 +357,7 @@ def test_coma_equals_group_mean_after_normalisation_when_both_verdicts_have_the_
         (0.0, cf(first=False, accepted=REJECT), 0.7),
     ]
     rewards, labels, metadata = debates(rollouts, group_ids=[0] * 4 + [1] * 4)
-    result = get_strategy("coma_advantage").shape_rewards(rewards, labels, metadata)
+    result = get_strategy("coma_advantage").shape(ShapingBatch(rewards, labels, **metadata))
     # b = 1 in group 0, 0 in group 1: A = G − 1 and A = G; not the group-mean values before normalisation
     np.testing.assert_allclose(of_role(result["verifier"], labels, "verifier"), [0, 0, 0, -1, 0, 1, 0, 0])
     coma = normalised("coma_advantage", rewards, labels, metadata)
@@ -360,7 +384,7 @@ def test_coma_without_facts_keeps_per_group_and_role_means_without_judges():
     rewards = readonly(np.array([5, 5, 5, 0, 1, 0, 5, 5, 5, 0, 1, 0, 4], dtype=np.float64))
     labels = ["solver", "verifier", "judge"] * 4 + ["solver"]
     metadata = {"group_ids": [0] * 12 + [1]}
-    result = get_strategy("coma_advantage").shape_rewards(rewards, labels, metadata)
+    result = get_strategy("coma_advantage").shape(ShapingBatch(rewards, labels, **metadata))
     out = resolve_item_values(result, rewards, labels)
     np.testing.assert_array_equal(out[0::3][:4], [2.5, -2.5, 2.5, -2.5])  # solvers
     np.testing.assert_array_equal(out[1::3], [2, -2, 2, -2])               # verifiers: mean 3
@@ -435,7 +459,7 @@ def test_coma_rejects_a_bad_accept_probability(bad):
     rollouts = [(1.0, cf(first=True, accepted=ACCEPT), bad), (0.0, cf(first=True, accepted=REJECT), 0.5)]
     rewards, labels, metadata = debates(rollouts, group_ids=[0, 0])
     with pytest.raises(ValueError, match=VERIFIER_ACCEPT_PROB):
-        get_strategy("coma_advantage").shape_rewards(rewards, labels, metadata)
+        get_strategy("coma_advantage").shape(ShapingBatch(rewards, labels, **metadata))
 
 
 def test_coma_pi_column_is_read_on_verifier_items_only():
@@ -485,7 +509,7 @@ NO_VERIFIER = [
 def test_coma_rollout_without_verifier_item_is_in_no_verifier_statistic():
     rewards, labels, metadata = debates(NO_VERIFIER, group_ids=[0] * 3)
     assert labels.count("verifier") == 2
-    result = get_strategy("coma_advantage").shape_rewards(rewards, labels, metadata)
+    result = get_strategy("coma_advantage").shape(ShapingBatch(rewards, labels, **metadata))
     # r0: no verifier *item* rejected with F=1 (r1 has none): fallback, 1 − mean(1, 1) = 0
     #     (counting r1 would give Q̂(reject) = 0, b = 0.5 and A = 0.5)
     # r2: rejected, Q̂(accept) = 0, Q̂(reject) = 1: b = 0.5, A = 0.5
@@ -522,7 +546,7 @@ def test_coma_group_ids_take_precedence_over_n_rollouts_per_prompt():
 
 def test_coma_needs_group_ids_or_n_rollouts_per_prompt():
     with pytest.raises(ValueError, match=r"group_ids.*n_rollouts_per_prompt"):
-        get_strategy("coma_advantage").shape_rewards(np.zeros(2), ["solver", "solver"], {})
+        get_strategy("coma_advantage").shape(ShapingBatch(np.zeros(2), ("solver", "solver")))
     with pytest.raises(ValidationError):
         get_strategy("coma_advantage", n_rollouts_per_prompt=0)
 
@@ -532,7 +556,7 @@ def test_coma_keeps_dtype_zeroes_judges_and_never_mutates(dtype):
     rewards, labels, metadata = debates(HAND_COMPUTED + NO_VERIFIER[:2], group_ids=[0] * 4 + [1] * 2, dtype=dtype)
     before = {key: copy.deepcopy(list(column)) for key, column in metadata.items()}
     raw = rewards.copy()
-    result = get_strategy("coma_advantage").shape_rewards(rewards, labels, metadata)
+    result = get_strategy("coma_advantage").shape(ShapingBatch(rewards, labels, **metadata))
     assert set(result) == {"solver", "verifier"}
     assert all(a.shape == (len(labels),) and a.dtype == dtype for a in result.values())
     out = resolve_item_values(result, rewards, labels)
@@ -547,18 +571,18 @@ def test_coma_keeps_dtype_zeroes_judges_and_never_mutates(dtype):
 
 def test_reward_mixing_hand_computed():
     rewards, labels, metadata = mixed_batch()
-    result = get_strategy("reward_mixing", alpha=0.25).shape_rewards(rewards, labels, metadata)
+    result = get_strategy("reward_mixing", alpha=0.25).shape(ShapingBatch(rewards, labels, **metadata))
     # episode 0: G=1, local solver 0.5, verifier 1.0; episode 1: G=0, local solver 1.0, verifier 0.0
     np.testing.assert_allclose(result["solver"][[0, 3]], [0.25 + 0.75 * 0.5, 0.75 * 1.0])
     np.testing.assert_allclose(result["verifier"][[1, 4]], [1.0, 0.0])
-    np.testing.assert_allclose(resolve_item_values(result, rewards, labels), [0.625, 1, 0, 0.75, 0, 0, 1])
+    np.testing.assert_allclose(resolve_item_values(result, rewards, labels), [0.625, 1, 0, 0.75, 0, 0])
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.5, 1.0])
 def test_reward_mixing_without_facts_is_g_for_any_alpha(alpha):
     rewards = readonly(np.array([1, 0, 1, 1], dtype=np.float32))
     labels = ["solver", "verifier", "verifier", "solver"]
-    result = get_strategy("reward_mixing", alpha=alpha).shape_rewards(rewards, labels, {"facts": [None] * 4})
+    result = get_strategy("reward_mixing", alpha=alpha).shape(ShapingBatch(rewards, labels, facts=[None] * 4))
     for values in result.values():
         np.testing.assert_array_equal(values, rewards)
 
@@ -572,7 +596,6 @@ def test_unshaped_metrics_are_raw_means_after_shaping_ran():
     m = shaping_metrics(rewards, shaped, labels, metadata["group_ids"])
     assert m["reward/raw/solver_mean"] == pytest.approx(0.5)    # raw G of items 0 and 3
     assert m["reward/raw/verifier_mean"] == pytest.approx(0.5)
-    assert m["reward/raw/critic_mean"] == pytest.approx(1.0)
     assert m["reward/shaped/solver_mean"] == pytest.approx(0.5)
     assert m["reward/shaped/verifier_mean"] == pytest.approx(0.0)  # (1 + −1) / 2
     assert not any("judge" in key for key in m)

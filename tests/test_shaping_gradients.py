@@ -67,12 +67,10 @@ ACTIONS = torch.randint(0, VOCAB, (len(RECORDS), T), generator=_gen)
 def loss_inputs(strategy: RewardShapingStrategy | None, normalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, loss_mask), each (B, T), through the full path; ``None``: no shaping."""
     items = build_role_items(RECORDS, GROUP_IDS)
-    if strategy is None:
-        values = resolve_item_values(items.rewards, items.rewards, items.role_labels)
-    else:
-        values = shape_items(strategy, items)
+    raw = resolve_item_values(items.rewards, items.rewards, items.roles)
+    values = raw if strategy is None else shape_items(strategy, items)
     if normalize:
-        values = group_normalize(values, items.role_labels, items.metadata["group_ids"])
+        values = group_normalize(values, items.roles, items.group_ids)
     return token_tensors(SPANS, turn_values(items, values), T)
 
 

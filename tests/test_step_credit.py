@@ -40,7 +40,7 @@ def test_debate_gigpo_by_hand() -> None:
     np.testing.assert_allclose(values[1], [-1.0, -0.5, 0.0])
     assert metrics["gigpo/anchor_fraction"] == 0.5  # 2 of the 4 non-judge steps share a cluster
     # with omega 0 it is the episode level alone: plain per-role centring, as GRPO without std
-    centred = turn_values(items, group_normalize(shaped, items.role_labels, [0] * len(items.index), scale=False))
+    centred = turn_values(items, group_normalize(shaped, items.roles, [0] * len(items.index), scale=False))
     values0, _ = gigpo_turn_values(items, shaped, rewards, observations, [0, 0], omega=0.0, gamma=1.0)
     for got, want in zip(values0, centred, strict=True):
         np.testing.assert_allclose(got, want)

@@ -237,19 +237,19 @@ def test_replay_pairs_carry_the_reference_log_probs_of_the_step_0_policy(server_
 def test_coma_gets_the_policys_verdict_probabilities(server_url, tiny_model_dir, tmp_path, monkeypatch) -> None:
     """With ``coma_advantage`` the trainer computes π(CORRECT) of each rollout's first verdict
     from the policy and hands it to the strategy in the ``verifier_accept_prob`` column."""
+    from env_server.markers import Role
     from trainer_client.shaping import RewardShapingConfig
-    from trainer_client.shaping.base import VERIFIER_ACCEPT_PROB
     from trainer_client.shaping.coma import ComaAdvantageStrategy
 
     seen: list[list] = []
-    original = ComaAdvantageStrategy.shape_rewards
+    original = ComaAdvantageStrategy.shape
 
-    def recording(self, rewards, role_labels, metadata):
-        seen.append([p for p, role in zip(metadata[VERIFIER_ACCEPT_PROB], role_labels, strict=True)
-                     if role == "verifier"])
-        return original(self, rewards, role_labels, metadata)
+    def recording(self, batch):
+        seen.append([p for p, role in zip(batch.accept_probs_or_none(), batch.roles, strict=True)
+                     if role is Role.VERIFIER])
+        return original(self, batch)
 
-    monkeypatch.setattr(ComaAdvantageStrategy, "shape_rewards", recording)
+    monkeypatch.setattr(ComaAdvantageStrategy, "shape", recording)
     lines = train(server_url, tiny_model_dir, tmp_path / "coma", "baseline",
                   reward_shaping=RewardShapingConfig(strategy="coma_advantage"))
     assert [line["step"] for line in lines] == [1, 2] and len(seen) == 2

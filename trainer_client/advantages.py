@@ -21,12 +21,12 @@ Shapes: ``B`` rollouts on this process, ``N`` items on all processes, ``T`` comp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
+from env_server.markers import Role
 from env_server.models import EpisodeRewards
 from trainer_client.gigpo import NormMode
 from trainer_client.role_mapping import (
@@ -38,7 +38,6 @@ from trainer_client.role_mapping import (
     turn_values,
 )
 from trainer_client.shaping import RewardShapingStrategy
-from trainer_client.shaping.base import VERIFIER_ACCEPT_PROB
 from trainer_client.spans import Segment, role_spans
 from trainer_client.step_credit import gigpo_turn_values
 
@@ -121,9 +120,8 @@ def batch_advantages(
     group_ids = [i // num_generations for i in range(len(all_records))]
     items = build_role_items(all_records, group_ids)
     if verifier_accept_probs is not None:
-        column: list[Any] = [verifier_accept_probs[k] if role.value == "verifier" else None for k, role in items.index]
-        items = RoleItems(items.rewards, items.role_labels, {**items.metadata, VERIFIER_ACCEPT_PROB: column},
-                          items.index, items.turn_roles)
+        column = tuple(verifier_accept_probs[k] if role is Role.VERIFIER else None for k, role in items.index)
+        items = replace(items, batch=replace(items.batch, verifier_accept_prob=column))
     # 2. shaping
     shaped = shape_items(strategy, items)
     # 3. one value per debate turn
@@ -133,7 +131,7 @@ def batch_advantages(
             items, shaped, gigpo.step_rewards, gigpo.observations, group_ids, omega=gigpo.omega, gamma=gigpo.gamma,
             mode=gigpo.mode, similarity_threshold=gigpo.similarity_threshold)
     else:
-        advantages = group_normalize(shaped, items.role_labels, items.metadata["group_ids"], scale=scale)
+        advantages = group_normalize(shaped, items.roles, items.group_ids, scale=scale)
         per_turn_all = turn_values(items, advantages)
     per_turn = per_turn_all[first_rollout:first_rollout + len(segments)]
     # 4. tokens

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from env_server.markers import Role
+
 __all__ = ["DpoPair", "PairStore"]
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,7 @@ class DpoPair(BaseModel):
     rejected: str
     episode_id: str
     t: int
-    role: str
+    role: Role
     teacher: str
     created_step: int
     context_ids: list[int] | None = None

@@ -20,7 +20,7 @@ Only :func:`token_tensors` needs torch, and imports it when called.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +30,7 @@ from env_server.markers import Role
 from env_server.models import EpisodeRewards
 from trainer_client.group_norm import GRPO_EPS
 from trainer_client.group_norm import group_normalize as group_normalize_by_key
-from trainer_client.shaping.base import (
-    FACTS,
-    GROUP_IDS,
-    JUDGE,
-    TURNS,
-    RewardShapingStrategy,
-    ShapedRewards,
-    role_value,
-)
+from trainer_client.shaping.base import RewardShapingStrategy, ShapedRewards, ShapingBatch, role_mask
 
 if TYPE_CHECKING:
     import torch
@@ -87,20 +79,33 @@ class RoleItems:
     """A shaping batch built from graded episodes (see :func:`build_role_items`).
 
     Attributes:
-        rewards: ``(N,)`` float32, item ``i``'s episode reward ``G`` (raw correctness).
-        role_labels: length ``N``, item ``i``'s role value (``"solver"``, ...).
-        metadata: the per-item columns of the shaping contract, each of length ``N``:
-            ``"facts"`` (``CounterfactualFacts``), ``"group_ids"`` and ``"turns"`` (the
-            episode's ``TurnReward`` list).
+        batch: the :class:`ShapingBatch` of the ``N`` items: ``rewards`` ``(N,)`` float32
+            (item ``i``'s episode reward ``G``), ``roles``, ``group_ids``, ``facts`` and
+            ``turns`` (the episode's ``TurnReward`` list); ``verifier_accept_prob`` is added by
+            the trainer when the strategy asks for it.
         index: length ``N``, item ``i``'s ``(rollout index, role)``.
         turn_roles: per rollout, the role of each turn ``t``.
     """
 
-    rewards: np.ndarray
-    role_labels: tuple[str, ...]
-    metadata: Mapping[str, Sequence[Any]]
+    batch: ShapingBatch
     index: tuple[tuple[int, Role], ...]
     turn_roles: tuple[tuple[Role, ...], ...]
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """``(N,)`` float32 raw rewards (``batch.rewards``)."""
+        return self.batch.rewards
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """Item ``i``'s role (``batch.roles``)."""
+        return self.batch.roles
+
+    @property
+    def group_ids(self) -> tuple[Hashable, ...]:
+        """Item ``i``'s group id (``batch.group_ids``; always given here)."""
+        assert self.batch.group_ids is not None, "build_role_items always sets group ids"
+        return self.batch.group_ids
 
 
 def build_role_items(
@@ -134,7 +139,9 @@ def build_role_items(
         ungraded = [k for k, rec in enumerate(records) if rec is None]
         raise ValueError(f"rollouts {ungraded} have no rewards record (episode not graded)")
     wanted = tuple(Role(r) for r in roles)
-    rewards, labels, facts, groups, turns, index, turn_roles = [], [], [], [], [], [], []
+    rewards: list[float] = []
+    labels: list[Role] = []
+    facts, groups, turns, index, turn_roles = [], [], [], [], []
     for k, (rec, gid) in enumerate(zip(graded, group_ids, strict=True)):
         if [turn.t for turn in rec.turns] != list(range(len(rec.turns))):
             raise ValueError(f"episode {rec.episode_id}: turns are not numbered 0..n-1 in order")
@@ -142,21 +149,21 @@ def build_role_items(
         turn_roles.append(tuple(turn.role for turn in rec.turns))
         for role in (r for r in wanted if r in present):
             rewards.append(rec.episode_reward)
-            labels.append(role.value)
+            labels.append(role)
             facts.append(rec.facts)
             groups.append(gid)
             turns.append(rec.turns)
             index.append((k, role))
+    batch = ShapingBatch(np.asarray(rewards, dtype=np.float32), tuple(labels), group_ids=tuple(groups),
+                         facts=tuple(facts), turns=tuple(turns))
     return RoleItems(
-        rewards=np.asarray(rewards, dtype=np.float32),
-        role_labels=tuple(labels),
-        metadata={FACTS: facts, GROUP_IDS: groups, TURNS: turns},
+        batch=batch,
         index=tuple(index),
         turn_roles=tuple(turn_roles),
     )
 
 
-def resolve_item_values(shaped: ShapedRewards, rewards: np.ndarray, role_labels: Sequence[str]) -> np.ndarray:
+def resolve_item_values(shaped: ShapedRewards, rewards: np.ndarray, roles: Sequence[Role | str]) -> np.ndarray:
     """Write a strategy's result back onto the items.
 
     A ``(B,)`` array is indexed directly. For a per-role dict, item ``i`` with role ``r``
@@ -166,30 +173,31 @@ def resolve_item_values(shaped: ShapedRewards, rewards: np.ndarray, role_labels:
     Args:
         shaped: a strategy's output (or ``rewards`` itself, for no shaping).
         rewards: ``(B,)`` float raw rewards; not modified.
-        role_labels: length-``B`` role labels.
+        roles: length-``B`` roles (strings are converted to :class:`Role`).
 
     Returns:
         ``(B,)`` array in the dtype of ``rewards``.
 
     Raises:
-        ValueError: an array that is not ``(B,)``, or a non-finite value.
+        ValueError: an array that is not ``(B,)``, a non-finite value, or an unknown role
+            (in ``roles`` or as a key of ``shaped``).
     """
-    labels = np.array([role_value(r) for r in role_labels], dtype=object)
+    labels = [Role(r) for r in roles]
     expected = (len(rewards),)
     if isinstance(shaped, Mapping):
         out = rewards.copy()
         for role, values in shaped.items():
             values = np.asarray(values)
             if values.shape != expected:
-                raise ValueError(f"shaped[{role_value(role)!r}] has shape {values.shape}, expected {expected}")
-            sel = labels == role_value(role)
+                raise ValueError(f"shaped[{Role(role).value!r}] has shape {values.shape}, expected {expected}")
+            sel = role_mask(labels, Role(role))
             out[sel] = values[sel]
     else:
         out = np.asarray(shaped)
         if out.shape != expected:
             raise ValueError(f"shaped rewards have shape {out.shape}, expected {expected}")
         out = out.astype(rewards.dtype, copy=True)
-    out[labels == JUDGE] = 0.0
+    out[role_mask(labels, Role.JUDGE)] = 0.0
     if not np.all(np.isfinite(out)):
         raise ValueError(f"non-finite shaped rewards at items {np.flatnonzero(~np.isfinite(out)).tolist()}")
     return out
@@ -203,12 +211,12 @@ def shape_items(strategy: RewardShapingStrategy, items: RoleItems) -> np.ndarray
     each item's episode reward, judge items 0).
     """
     try:
-        shaped = strategy.shape_rewards(items.rewards, items.role_labels, items.metadata)
-        return resolve_item_values(shaped, items.rewards, items.role_labels)
+        shaped = strategy.shape(items.batch)
+        return resolve_item_values(shaped, items.rewards, items.roles)
     except Exception as exc:  # a user strategy's bug must not end a run
         log.warning("reward shaping %r (%r) failed on a batch of %d items (%s: %s); this batch uses the raw rewards",
                     strategy.name, strategy, len(items.rewards), type(exc).__name__, exc)
-        return resolve_item_values(items.rewards, items.rewards, items.role_labels)
+        return resolve_item_values(items.rewards, items.rewards, items.roles)
 
 
 def announce_strategy(strategy: RewardShapingStrategy) -> None:
@@ -219,8 +227,8 @@ def announce_strategy(strategy: RewardShapingStrategy) -> None:
 
 def group_normalize(
     values: np.ndarray,
-    role_labels: Sequence[str],
-    group_ids: Sequence[Any],
+    roles: Sequence[Role | str],
+    group_ids: Sequence[Hashable],
     scale: bool = True,
     eps: float = GRPO_EPS,
 ) -> np.ndarray:
@@ -230,7 +238,7 @@ def group_normalize(
 
     Args:
         values: ``(B,)`` float per-item values (shaped rewards).
-        role_labels, group_ids: length-``B`` role labels and group ids.
+        roles, group_ids: length-``B`` roles and group ids.
         scale: divide by ``std + eps`` (TRL ``scale_rewards="group"``); else only centre.
         eps: added to the std (TRL uses 1e-4).
 
@@ -238,12 +246,12 @@ def group_normalize(
         ``(B,)`` advantages in the dtype of ``values``.
 
     Raises:
-        ValueError: the lengths differ.
+        ValueError: the lengths differ, or an unknown role.
     """
-    if not (values.shape == (len(role_labels),) == (len(group_ids),)):
-        raise ValueError(f"values {values.shape}, {len(role_labels)} labels, {len(group_ids)} group ids")
-    keys = [None if role_value(label) == JUDGE else (gid, role_value(label))
-            for gid, label in zip(group_ids, role_labels, strict=True)]
+    if not (values.shape == (len(roles),) == (len(group_ids),)):
+        raise ValueError(f"values {values.shape}, {len(roles)} roles, {len(group_ids)} group ids")
+    typed = [Role(r) for r in roles]
+    keys: list[Any] = [None if role is Role.JUDGE else (gid, role) for gid, role in zip(group_ids, typed, strict=True)]
     return group_normalize_by_key(values, keys, scale=scale, eps=eps, singleton="zero").astype(values.dtype)
 
 

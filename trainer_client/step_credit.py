@@ -219,10 +219,10 @@ def gigpo_turn_values(items: RoleItems, shaped: np.ndarray, rewards: Sequence[Se
     if not (len(rewards) == len(observations) == len(group_ids) == len(items.turn_roles)):
         raise ValueError("rewards, observations, group ids and rollouts differ in length")
     # Eq. 3 per (group, role) over the non-judge items
-    keep = [i for i, role in enumerate(items.role_labels) if role != Role.JUDGE.value]
+    keep = [i for i, role in enumerate(items.roles) if role is not Role.JUDGE]
     a_e = np.zeros(len(items.index), dtype=np.float32)
     if keep:
-        keys = [(items.metadata["group_ids"][i], items.role_labels[i]) for i in keep]
+        keys = [(items.group_ids[i], items.roles[i]) for i in keep]
         a_e[keep] = episode_advantages(shaped[keep], keys, mode)
     position = {key: i for i, key in enumerate(items.index)}
 

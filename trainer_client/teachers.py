@@ -460,7 +460,7 @@ class TeacherPool:
                    for i, answer in enumerate(answers))
         pair = DpoPair(prompt_messages=request.messages, chosen=reply.text,
                        rejected=request.student_response, episode_id=request.episode_id, t=request.t,
-                       role=request.role.value, teacher=self.teachers[chosen].name, created_step=replay.step,
+                       role=request.role, teacher=self.teachers[chosen].name, created_step=replay.step,
                        context_ids=list(request.context_ids) or None, rejected_ids=list(request.rejected_ids) or None,
                        gold_supervised=gold)
         with self._lock:

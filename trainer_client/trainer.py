@@ -49,7 +49,7 @@ from accelerate.utils import gather_object, is_peft_model
 from transformers import PreTrainedTokenizerBase, ProcessorMixin
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from env_server.models import EpisodeRewards, Role
+from env_server.models import EpisodeRewards
 from trainer_client.advantages import GiGPOInputs, batch_advantages
 from trainer_client.config import GiGPOConfig, ReplayConfig, SDPOConfig
 from trainer_client.forward import pack_responses, response_hidden, response_logits
@@ -471,10 +471,10 @@ class DebateGRPOTrainer(GRPOTrainer):
         assert isinstance(template_kwargs, dict), "TrainingArguments parses chat_template_kwargs into a dict"
         pairs = []
         for pair in self.teacher_pool.collect():
-            message = tool_call_message(Role(pair.role), pair.chosen)
+            message = tool_call_message(pair.role, pair.chosen)
             if message is None or not (pair.context_ids and pair.rejected_ids):
                 log.warning("replay pair (episode %s, t=%d) dropped: %s", pair.episode_id, pair.t,
-                            "no rollout tokens" if message is not None else f"no {pair.role} answer in the teacher's text")
+                            "no rollout tokens" if message is not None else f"no {pair.role.value} answer in the teacher's text")
                 continue
             pair.chosen_ids = tool_call_response_ids(tokenizer, message, chat_template=self.chat_template,
                                                      eos_token_id=tokenizer.eos_token_id,
@@ -562,8 +562,7 @@ class DebateGRPOTrainer(GRPOTrainer):
     def _log_debate_metrics(self, mode: str, items, shaped: np.ndarray, records: list[EpisodeRewards],
                             segments: list[list[Segment] | None]) -> None:
         metrics = self._metrics[mode]
-        for name, value in shaping_metrics(items.rewards, shaped, items.role_labels,
-                                           items.metadata["group_ids"]).items():
+        for name, value in shaping_metrics(items.rewards, shaped, items.roles, items.group_ids).items():
             metrics[name].append(value)
         per_role: dict[str, list[float]] = defaultdict(list)
         sites = trained = 0

@@ -1,7 +1,7 @@
 """Role-mapped reward shaping (numpy only; no torch).
 
-A strategy maps a batch of ``B`` (rollout, role) items' raw rewards to shaped rewards, as one
-``(B,)`` array or one ``(B,)`` array per role; the contract is in
+A strategy maps a typed batch (:class:`ShapingBatch`) of ``B`` (rollout, role) items' raw rewards
+to shaped rewards, as one ``(B,)`` array or one ``(B,)`` array per role; the contract is in
 :mod:`trainer_client.shaping.base`. Built-in strategies: ``identity``, ``potential_based``,
 ``difference_rewards``, ``coma_advantage``, ``reward_mixing``. The mapping of shaped values
 onto turns and tokens is :mod:`trainer_client.role_mapping`.
@@ -10,6 +10,7 @@ onto turns and tokens is :mod:`trainer_client.role_mapping`.
 from trainer_client.shaping.base import (
     RewardShapingStrategy,
     ShapedRewards,
+    ShapingBatch,
     StrategyParams,
 )
 from trainer_client.shaping.coma import ComaAdvantageStrategy
@@ -42,6 +43,7 @@ __all__ = [
     "RewardShapingConfig",
     "RewardShapingStrategy",
     "ShapedRewards",
+    "ShapingBatch",
     "StrategyParams",
     "available_strategies",
     "create_strategy_from_config",

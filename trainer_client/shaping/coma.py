@@ -22,7 +22,7 @@ first answer rejected, whatever the later verdicts. With ``G_i`` the episode rew
 
     b_i = π_i · Q̂(accept)_i + (1 − π_i) · Q̂(reject)_i,        A_i = G_i − b_i
 
-    π_i          = π(accept | τ_i): metadata["verifier_accept_prob"][i]
+    π_i          = π(accept | τ_i): batch.verifier_accept_prob[i]
     Q̂(accept)_i  = facts_i.first_answer_correct (0/1), the outcome had the verifier accepted
                    (the estimator takes it that the judge keeps an accepted answer)
     Q̂(reject)_i  = G_i                          if the verifier rejected in rollout i,
@@ -41,7 +41,7 @@ earlier to hold fixed, is exactly a fresh rollout of the prompt: the mean over t
 rollouts is the Monte-Carlo estimate of that counterfactual baseline. (After GRPO's group
 normalisation the solver's advantages are therefore those of ``identity``.)
 
-**Groups.** ``metadata["group_ids"]`` (rollouts of one prompt share an id); without them,
+**Groups.** ``batch.group_ids`` (rollouts of one prompt share an id); without them,
 rollout index ``// n_rollouts_per_prompt``, the rollout index of an item being recovered from
 the batch order (:func:`rollout_indices`: items are (rollout, role) pairs, not rollouts).
 Group ids take precedence when both are given.
@@ -84,7 +84,7 @@ the advantages are ``[2.5, −2.5, 2.5, −2.5]``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -93,20 +93,14 @@ from pydantic import Field
 from env_server.markers import Role
 from env_server.models import CounterfactualFacts
 from trainer_client.shaping.base import (
-    FACTS,
-    GROUP_IDS,
-    TRAINED_ROLES,
     VERIFIER_ACCEPT_PROB,
     RewardShapingStrategy,
+    ShapingBatch,
     StrategyParams,
-    check_batch,
-    item_column,
 )
 from trainer_client.shaping.registry import register_strategy
 
 __all__ = ["ComaAdvantageStrategy", "ComaParams"]
-
-_VERIFIER = Role.VERIFIER.value
 
 
 class ComaParams(StrategyParams):
@@ -114,14 +108,14 @@ class ComaParams(StrategyParams):
 
     Attributes:
         n_rollouts_per_prompt: rollouts per prompt, used to group the items only when the
-            metadata has no ``"group_ids"`` (which take precedence when present). ``None``
-            (default): ``"group_ids"`` are required.
+            batch has no ``group_ids`` (which take precedence when present). ``None``
+            (default): ``group_ids`` are required.
     """
 
     n_rollouts_per_prompt: int | None = Field(default=None, ge=1)
 
 
-def rollout_indices(labels: Sequence[str]) -> np.ndarray:
+def rollout_indices(roles: Sequence[Role]) -> np.ndarray:
     """The rollout index of each item, recovered from the batch order.
 
     Items are (rollout, role) pairs, so an item's position is not a rollout index (``n``
@@ -134,10 +128,10 @@ def rollout_indices(labels: Sequence[str]) -> np.ndarray:
     Returns:
         ``(B,)`` int64, ``0, 0, 0, 1, 1, ...``.
     """
-    out = np.empty(len(labels), dtype=np.int64)
+    out = np.empty(len(roles), dtype=np.int64)
     k = -1
-    seen: set[str] = set()
-    for i, role in enumerate(labels):
+    seen: set[Role] = set()
+    for i, role in enumerate(roles):
         if k < 0 or role in seen:
             k += 1
             seen.clear()
@@ -153,10 +147,10 @@ def _accept_prob(value: Any, item: int) -> float | None:
     try:
         p = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"metadata[{VERIFIER_ACCEPT_PROB!r}][{item}] must be a float in [0, 1] or None, "
+        raise ValueError(f"{VERIFIER_ACCEPT_PROB}[{item}] must be a float in [0, 1] or None, "
                          f"got {value!r}") from None
     if not (math.isfinite(p) and 0.0 <= p <= 1.0):
-        raise ValueError(f"metadata[{VERIFIER_ACCEPT_PROB!r}][{item}] = {p} is not a probability in [0, 1]")
+        raise ValueError(f"{VERIFIER_ACCEPT_PROB}[{item}] = {p} is not a probability in [0, 1]")
     return p
 
 
@@ -175,13 +169,13 @@ class ComaAdvantageStrategy(RewardShapingStrategy):
       ``Q̂(accept)_i = first_answer_correct_i`` and ``Q̂(reject)_i`` = ``G_i`` if the verifier
       rejected the first answer in rollout ``i``, else the mean ``G`` of the group's rollouts
       that rejected a first answer of the same correctness; ``π_i`` from
-      ``metadata["verifier_accept_prob"]``, else the group's empirical acceptance rate;
+      ``batch.verifier_accept_prob``, else the group's empirical acceptance rate;
       per-(group, role) mean baseline where facts or rejected rollouts are missing;
     - solver: ``A_i = G_i − mean`` over the solver items of the group (a fresh rollout is the
       solver's counterfactual).
 
-    Reads ``metadata["facts"]``, ``metadata["verifier_accept_prob"]`` (verifier items only;
-    both optional) and ``metadata["group_ids"]``; without group ids, the items are grouped by
+    Reads ``batch.facts``, ``batch.verifier_accept_prob`` (verifier items only; both
+    optional) and ``batch.group_ids``; without group ids, the items are grouped by
     rollout index ``// n_rollouts_per_prompt`` (rollout indices from the batch order, see
     :func:`rollout_indices`). Group ids take precedence when both are given: the trainer
     computes them from the batch being shaped (``num_generations`` in training,
@@ -196,12 +190,10 @@ class ComaAdvantageStrategy(RewardShapingStrategy):
 
     Returns:
         ``{role: (B,) array}`` for each trained role (solver, verifier) present in
-        ``role_labels``, in the dtype of ``rewards``. Judge items get 0 in the mapping.
+        ``batch.roles``, in the dtype of ``batch.rewards``. Judge items get 0 in the mapping.
 
     Raises:
-        TypeError: ``rewards`` is not a float ndarray.
-        ValueError: a malformed batch (:func:`~trainer_client.shaping.base.check_batch`);
-            neither ``metadata["group_ids"]`` nor ``n_rollouts_per_prompt``; a number of
+        ValueError: neither ``batch.group_ids`` nor ``n_rollouts_per_prompt``; a number of
             rollouts that is not a multiple of ``n_rollouts_per_prompt`` (grouping by count);
             a verifier item's ``verifier_accept_prob`` that is not ``None`` or a float in
             ``[0, 1]``.
@@ -214,54 +206,51 @@ class ComaAdvantageStrategy(RewardShapingStrategy):
     Params = ComaParams
     params: ComaParams
 
-    def shape_rewards(
-        self, rewards: np.ndarray, role_labels: Sequence[str], metadata: Mapping[str, Sequence[Any]]
-    ) -> dict[str, np.ndarray]:
-        labels = check_batch(rewards, role_labels, metadata)
-        group = self._groups(labels, metadata)
+    def shape(self, batch: ShapingBatch) -> dict[Role, np.ndarray]:
+        rewards = batch.rewards
+        group = self._groups(batch)
         n_groups = int(group.max()) + 1 if len(group) else 0
         values = rewards.astype(np.float64)
         shaped = {}
-        for role in (r for r in TRAINED_ROLES if np.any(labels == r)):
-            sel = labels == role
+        for role in batch.present_roles():
+            sel = batch.is_role(role)
             sums = np.bincount(group[sel], weights=values[sel], minlength=n_groups)
             counts = np.bincount(group[sel], minlength=n_groups)
             mean = np.divide(sums, counts, out=np.zeros(n_groups), where=counts > 0)
             advantage = values - mean[group]
-            if role == _VERIFIER:
-                advantage = self._verifier_advantage(values, labels, group, metadata, fallback=advantage)
+            if role is Role.VERIFIER:
+                advantage = self._verifier_advantage(values, batch, group, fallback=advantage)
             shaped[role] = advantage.astype(rewards.dtype)
         return shaped
 
-    def _groups(self, labels: np.ndarray, metadata: Mapping[str, Sequence[Any]]) -> np.ndarray:
+    def _groups(self, batch: ShapingBatch) -> np.ndarray:
         """Dense ``(B,)`` int64 group index per item: from group ids, else rollout // n."""
-        if GROUP_IDS in metadata:
-            index: dict[Any, int] = {}
-            return np.array([index.setdefault(gid, len(index)) for gid in metadata[GROUP_IDS]], dtype=np.int64)
+        if batch.group_ids is not None:
+            index: dict[Hashable, int] = {}
+            return np.array([index.setdefault(gid, len(index)) for gid in batch.group_ids], dtype=np.int64)
         n = self.params.n_rollouts_per_prompt
         if n is None:
-            raise ValueError(f"{self.name} needs metadata[{GROUP_IDS!r}] (one group id per item) or the "
+            raise ValueError(f"{self.name} needs the batch's group_ids (one group id per item) or the "
                              "parameter n_rollouts_per_prompt to group the rollouts of each prompt")
-        rollout = rollout_indices(list(labels))
+        rollout = rollout_indices(batch.roles)
         n_rollouts = int(rollout[-1]) + 1 if len(rollout) else 0
         if n_rollouts % n:
             raise ValueError(f"{n_rollouts} rollouts in the batch are not a multiple of n_rollouts_per_prompt={n}; "
-                             f"pass metadata[{GROUP_IDS!r}]")
+                             "pass the batch's group_ids")
         return rollout // n
 
     def _verifier_advantage(
         self,
         values: np.ndarray,
-        labels: np.ndarray,
+        batch: ShapingBatch,
         group: np.ndarray,
-        metadata: Mapping[str, Sequence[Any]],
         fallback: np.ndarray,
     ) -> np.ndarray:
         """``G − b`` with COMA's baseline where it can be estimated, ``fallback`` elsewhere."""
         size = len(values)
-        facts: Sequence[CounterfactualFacts | None] = item_column(metadata, FACTS, size)
-        probs = item_column(metadata, VERIFIER_ACCEPT_PROB, size)
-        is_verifier = labels == _VERIFIER
+        facts: Sequence[CounterfactualFacts | None] = batch.facts_or_none()
+        probs = batch.accept_probs_or_none()
+        is_verifier = batch.is_role(Role.VERIFIER)
         pi = [_accept_prob(probs[i], i) if is_verifier[i] else None for i in range(size)]
 
         # Statistics over the verifier items with facts: one per rollout that has a verifier.

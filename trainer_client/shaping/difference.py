@@ -14,19 +14,10 @@ earns −1).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import numpy as np
 
 from env_server.markers import Role
-from trainer_client.shaping.base import (
-    FACTS,
-    TRAINED_ROLES,
-    RewardShapingStrategy,
-    check_batch,
-    item_column,
-)
+from trainer_client.shaping.base import RewardShapingStrategy, ShapingBatch
 from trainer_client.shaping.registry import register_strategy
 
 __all__ = ["DifferenceRewardsStrategy"]
@@ -36,23 +27,18 @@ __all__ = ["DifferenceRewardsStrategy"]
 class DifferenceRewardsStrategy(RewardShapingStrategy):
     """``D_role[i] = G_i − facts_i.rewards_without_role[role]`` (see the module docstring).
 
-    Reads ``metadata["facts"]``. Where item ``i``'s facts are missing (``None`` or no entry
+    Reads ``batch.facts``. Where item ``i``'s facts are missing (``None`` or no entry
     for the role), ``D_role[i] = G_i``, the raw reward. No parameters.
 
     Returns:
         ``{role: (B,) array}`` for each trained role (solver, verifier) present in
-        ``role_labels``, dtype of ``rewards``.
+        ``batch.roles``, dtype of ``rewards``.
     """
 
-    def shape_rewards(
-        self, rewards: np.ndarray, role_labels: Sequence[str], metadata: Mapping[str, Sequence[Any]]
-    ) -> dict[str, np.ndarray]:
-        labels = check_batch(rewards, role_labels, metadata)
-        facts = item_column(metadata, FACTS, len(rewards))
+    def shape(self, batch: ShapingBatch) -> dict[Role, np.ndarray]:
+        rewards, facts = batch.rewards, batch.facts_or_none()
         shaped = {}
-        for role in (r for r in TRAINED_ROLES if np.any(labels == r)):
-            without = np.array(
-                [0.0 if f is None else f.rewards_without_role.get(Role(role), 0.0) for f in facts]
-            )
+        for role in batch.present_roles():
+            without = np.array([0.0 if f is None else f.rewards_without_role.get(role, 0.0) for f in facts])
             shaped[role] = (rewards - without).astype(rewards.dtype)
         return shaped

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import numpy as np
 
-from trainer_client.shaping.base import RewardShapingStrategy, check_batch
+from trainer_client.shaping.base import RewardShapingStrategy, ShapingBatch
 from trainer_client.shaping.registry import register_strategy
 
 __all__ = ["IdentityStrategy"]
@@ -20,8 +17,5 @@ class IdentityStrategy(RewardShapingStrategy):
     No parameters.
     """
 
-    def shape_rewards(
-        self, rewards: np.ndarray, role_labels: Sequence[str], metadata: Mapping[str, Sequence[Any]]
-    ) -> np.ndarray:
-        check_batch(rewards, role_labels, metadata)
-        return rewards.copy()
+    def shape(self, batch: ShapingBatch) -> np.ndarray:
+        return batch.rewards.copy()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
 
+from env_server.markers import Role
 from trainer_client.group_norm import group_stds
-from trainer_client.shaping.base import JUDGE, role_value
+from trainer_client.shaping.base import role_mask
 
 __all__ = ["shaping_metrics"]
 
@@ -20,7 +21,7 @@ def _zero_std_fraction(values: np.ndarray, keys: Sequence[Any]) -> float:
 
 
 def shaping_metrics(
-    raw: np.ndarray, shaped: np.ndarray, role_labels: Sequence[str], group_ids: Sequence[Any]
+    raw: np.ndarray, shaped: np.ndarray, roles: Sequence[Role | str], group_ids: Sequence[Hashable]
 ) -> dict[str, float]:
     """Mean reward per role and the fraction of zero-std groups, raw and shaped.
 
@@ -30,7 +31,7 @@ def shaping_metrics(
     Args:
         raw: ``(B,)`` float raw per-item rewards.
         shaped: ``(B,)`` float per-item shaped rewards (after the role write-back).
-        role_labels: length-``B`` role labels.
+        roles: length-``B`` roles (strings are converted to :class:`Role`).
         group_ids: length-``B`` group ids; groups are (group id, role) pairs, as in GRPO's
             zero-std statistic (``frac_reward_zero_std``) but per role.
 
@@ -39,19 +40,19 @@ def shaping_metrics(
         ``reward/{raw,shaped}/zero_std_group_frac`` when there is at least one group.
 
     Raises:
-        ValueError: the lengths differ.
+        ValueError: the lengths differ, or an unknown role.
     """
     raw, shaped = np.asarray(raw, dtype=np.float64), np.asarray(shaped, dtype=np.float64)
-    if not (raw.shape == shaped.shape == (len(role_labels),) == (len(group_ids),)):
+    if not (raw.shape == shaped.shape == (len(roles),) == (len(group_ids),)):
         raise ValueError(f"shapes differ: raw {raw.shape}, shaped {shaped.shape}, "
-                         f"{len(role_labels)} labels, {len(group_ids)} group ids")
-    labels = np.array([role_value(r) for r in role_labels], dtype=object)
+                         f"{len(roles)} roles, {len(group_ids)} group ids")
+    labels = [Role(r) for r in roles]
     metrics: dict[str, float] = {}
     for kind, values in (("raw", raw), ("shaped", shaped)):
         for role in dict.fromkeys(labels):
-            if role != JUDGE:
-                metrics[f"reward/{kind}/{role}_mean"] = float(values[labels == role].mean())
-    keys = [None if role == JUDGE else (gid, role) for gid, role in zip(group_ids, labels, strict=True)]
+            if role is not Role.JUDGE:
+                metrics[f"reward/{kind}/{role.value}_mean"] = float(values[role_mask(labels, role)].mean())
+    keys: list[Any] = [None if role is Role.JUDGE else (gid, role) for gid, role in zip(group_ids, labels, strict=True)]
     if any(key is not None for key in keys):
         metrics["reward/raw/zero_std_group_frac"] = _zero_std_fraction(raw, keys)
         metrics["reward/shaped/zero_std_group_frac"] = _zero_std_fraction(shaped, keys)

@@ -8,21 +8,11 @@ reward, ``α = 0`` pure local credit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import numpy as np
 from pydantic import Field
 
 from env_server.markers import Role
-from trainer_client.shaping.base import (
-    FACTS,
-    TRAINED_ROLES,
-    RewardShapingStrategy,
-    StrategyParams,
-    check_batch,
-    item_column,
-)
+from trainer_client.shaping.base import RewardShapingStrategy, ShapingBatch, StrategyParams
 from trainer_client.shaping.registry import register_strategy
 
 __all__ = ["MixingParams", "RewardMixingStrategy"]
@@ -42,28 +32,25 @@ class MixingParams(StrategyParams):
 class RewardMixingStrategy(RewardShapingStrategy):
     """``r_role[i] = α·G_i + (1 − α)·facts_i.local_rewards[role]``.
 
-    Reads ``metadata["facts"]``. Where item ``i``'s facts are missing (``None`` or no entry
+    Reads ``batch.facts``. Where item ``i``'s facts are missing (``None`` or no entry
     for the role) the local reward is ``G_i``, so ``r_role[i] = G_i`` for any ``α``.
 
     Returns:
-        ``{role: (B,) array}`` for each trained role present in ``role_labels``, dtype of
+        ``{role: (B,) array}`` for each trained role present in ``batch.roles``, dtype of
         ``rewards``.
     """
 
     Params = MixingParams
     params: MixingParams
 
-    def shape_rewards(
-        self, rewards: np.ndarray, role_labels: Sequence[str], metadata: Mapping[str, Sequence[Any]]
-    ) -> dict[str, np.ndarray]:
-        labels = check_batch(rewards, role_labels, metadata)
-        facts = item_column(metadata, FACTS, len(rewards))
+    def shape(self, batch: ShapingBatch) -> dict[Role, np.ndarray]:
+        rewards, facts = batch.rewards, batch.facts_or_none()
         alpha = self.params.alpha
         values = rewards.astype(np.float64)
         shaped = {}
-        for role in (r for r in TRAINED_ROLES if np.any(labels == r)):
+        for role in batch.present_roles():
             local = np.array([
-                g if f is None else f.local_rewards.get(Role(role), g) for g, f in zip(values, facts, strict=True)
+                g if f is None else f.local_rewards.get(role, g) for g, f in zip(values, facts, strict=True)
             ])
             # local + α·(G − local) == α·G + (1 − α)·local, and exactly G when local == G
             shaped[role] = (local + alpha * (values - local)).astype(rewards.dtype)

@@ -15,40 +15,33 @@ per role the term acts as a bounded, dense bonus (for ``has_parsable_answer``, a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
 from env_server.markers import ErrorKind, Role
 from env_server.models import TurnReward
-from trainer_client.shaping.base import (
-    TURNS,
-    RewardShapingStrategy,
-    StrategyParams,
-    check_batch,
-    item_column,
-    role_value,
-)
+from trainer_client.shaping.base import RewardShapingStrategy, ShapingBatch, StrategyParams
 from trainer_client.shaping.registry import register_strategy
 
 __all__ = ["POTENTIALS", "PotentialBasedStrategy", "PotentialParams"]
 
 #: Error kinds meaning "no machine-readable output", per role.
-_UNREADABLE: dict[str, frozenset[ErrorKind]] = {
-    Role.SOLVER.value: frozenset({ErrorKind.MISSING_FINAL_ANSWER, ErrorKind.UNPARSEABLE_ANSWER}),
-    Role.JUDGE.value: frozenset({ErrorKind.MISSING_FINAL_ANSWER, ErrorKind.UNPARSEABLE_ANSWER}),
-    Role.VERIFIER.value: frozenset({ErrorKind.MISSING_VERDICT}),
+_UNREADABLE: dict[Role, frozenset[ErrorKind]] = {
+    Role.SOLVER: frozenset({ErrorKind.MISSING_FINAL_ANSWER, ErrorKind.UNPARSEABLE_ANSWER}),
+    Role.JUDGE: frozenset({ErrorKind.MISSING_FINAL_ANSWER, ErrorKind.UNPARSEABLE_ANSWER}),
+    Role.VERIFIER: frozenset({ErrorKind.MISSING_VERDICT}),
 }
 
 
-def _zero(role: str, turns: Sequence[TurnReward] | None) -> float:
+def _zero(role: Role, turns: Sequence[TurnReward] | None) -> float:
     """Φ ≡ 0: rewards unchanged."""
     return 0.0
 
 
-def _has_parsable_answer(role: str, turns: Sequence[TurnReward] | None) -> float:
+def _has_parsable_answer(role: Role, turns: Sequence[TurnReward] | None) -> float:
     """Φ(s') = 1 if the role's last turn has machine-readable output, else 0.
 
     Machine-readable: a boxed answer that parses (solver, judge: error kind neither
@@ -56,14 +49,14 @@ def _has_parsable_answer(role: str, turns: Sequence[TurnReward] | None) -> float
     ``missing_verdict``). 0 when the turns are missing, the role did not act, or the role is
     not a debate role.
     """
-    own = [turn for turn in turns or () if role_value(turn.role) == role]
+    own = [turn for turn in turns or () if turn.role == role]
     if not own or role not in _UNREADABLE:
         return 0.0
     return float(own[-1].error_kind not in _UNREADABLE[role])
 
 
 #: Potential of the state after a role's last turn, by ``potential_type``: ``(role, turns) -> Φ``.
-POTENTIALS: dict[str, Callable[[str, Sequence[TurnReward] | None], float]] = {
+POTENTIALS: dict[str, Callable[[Role, Sequence[TurnReward] | None], float]] = {
     "zero": _zero,
     "has_parsable_answer": _has_parsable_answer,
 }
@@ -85,7 +78,7 @@ class PotentialParams(StrategyParams):
 class PotentialBasedStrategy(RewardShapingStrategy):
     """``r'_i = r_i + γ·Φ(s'_i) − Φ(s_0)``; ``s_0`` has no turns, so ``Φ(s_0) = 0``.
 
-    Reads ``metadata["turns"]`` (missing turns: ``Φ(s') = 0``, reward unchanged).
+    Reads ``batch.turns`` (missing turns: ``Φ(s') = 0``, reward unchanged).
 
     Returns:
         ``(B,)`` array, dtype of ``rewards``.
@@ -94,13 +87,11 @@ class PotentialBasedStrategy(RewardShapingStrategy):
     Params = PotentialParams
     params: PotentialParams
 
-    def shape_rewards(
-        self, rewards: np.ndarray, role_labels: Sequence[str], metadata: Mapping[str, Sequence[Any]]
-    ) -> np.ndarray:
-        labels = check_batch(rewards, role_labels, metadata)
+    def shape(self, batch: ShapingBatch) -> np.ndarray:
+        rewards, roles = batch.rewards, batch.roles
         potential = POTENTIALS[self.params.potential_type]
-        turns = item_column(metadata, TURNS, len(rewards))
-        phi_end = np.array([potential(role, ts) for role, ts in zip(labels, turns, strict=True)], dtype=np.float64)
-        phi_start = np.array([potential(role, ()) for role in labels], dtype=np.float64)
+        phi_end = np.array([potential(role, ts) for role, ts in zip(roles, batch.turns_or_none(), strict=True)],
+                           dtype=np.float64)
+        phi_start = np.array([potential(role, ()) for role in roles], dtype=np.float64)
         shaped = rewards.astype(np.float64) + self.params.gamma * phi_end - phi_start
         return shaped.astype(rewards.dtype)
