@@ -38,7 +38,8 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in containers)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--problems", default=None,
-                        help="JSONL in MATH-500 or GSM8K format, or hf:<dataset>[:<split>]; default: built-in generator")
+                        help="JSONL in MATH-500 or GSM8K format, hf:<dataset>[:<split>], or gen:<family>[,...] "
+                             "(e.g. gen:single_digit_sum); default: built-in generator")
     parser.add_argument("--max-rounds", type=int, default=defaults.max_rounds)
     parser.add_argument("--max-action-chars", type=int, default=defaults.max_action_chars)
     parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)

@@ -18,8 +18,9 @@ class ServerConfig(BaseModel):
     """Everything ``mathdebate serve`` can set.
 
     Attributes:
-        problems: JSONL path (MATH-500 or GSM8K format) or ``hf:<name>[:<split>]``; ``None``
-            serves the built-in generator.
+        problems: JSONL path (MATH-500 or GSM8K format), ``hf:<name>[:<split>]`` or
+            ``gen:<family>[,<family>...]`` (the generator restricted to these families);
+            ``None`` serves the built-in generator.
         max_rounds: default solver/verifier rounds before the judge (a reset may lower or
             raise it up to 16).
         max_action_chars: longest accepted action content (longer: ``too_long``).

@@ -22,14 +22,18 @@ def load_problem_source(spec: str | None) -> ProblemSource:
     """Build the problem source named by ``spec``.
 
     Args:
-        spec: ``None`` for the built-in generator; a path to a ``.jsonl`` file (MATH-500 or
-            GSM8K format); or ``hf:<dataset>[:<split>]`` for a Hugging Face dataset.
+        spec: ``None`` for the built-in generator; ``gen:<family>[,<family>...]`` for the
+            generator restricted to these families (``EXTRA_FAMILIES`` included, e.g.
+            ``gen:single_digit_sum``); a path to a ``.jsonl`` file (MATH-500 or GSM8K format);
+            or ``hf:<dataset>[:<split>]`` for a Hugging Face dataset.
 
     Raises:
         FileNotFoundError, ValueError: from the loaders.
     """
     if spec is None:
         return ProblemGenerator()
+    if spec.startswith("gen:"):
+        return ProblemGenerator(families=[name.strip() for name in spec[4:].split(",") if name.strip()])
     if spec.startswith("hf:"):
         from env_server.problems.hf import load_hf_problems
 

@@ -5,6 +5,10 @@ parameters from ``random.Random(f"{family}/{seed}")``; ``problem_id = "gen/<fami
 so ``get(problem_id)`` regenerates the same problem anywhere. Answers are exact (integers,
 reduced fractions, sets of roots) and written in LaTeX; each solution ends with the answer in
 ``\\boxed{}``.
+
+``EXTRA_FAMILIES`` are selectable by name (``ProblemGenerator(families=["single_digit_sum"])``,
+``--problems gen:single_digit_sum``) but are not in the default rotation, so the default
+generator's problem for every seed is unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from math import gcd, lcm
 
 from env_server.problems.base import Problem, ProblemSource, UnknownProblemError
 
-__all__ = ["FAMILIES", "ProblemGenerator", "latex_number", "polynomial"]
+__all__ = ["EXTRA_FAMILIES", "FAMILIES", "ProblemGenerator", "latex_number", "polynomial"]
 
 Draw = tuple[str, str, str, int]  # (problem text, answer, solution, level)
 
@@ -151,11 +155,31 @@ FAMILIES: dict[str, Callable[[random.Random], Draw]] = {
 }
 
 
+def single_digit_sum(rng: random.Random) -> Draw:
+    """``Compute $a + b$.`` with single digits ``a, b``: an easy family for the offline tiny model.
+
+    The sum is drawn first, uniformly from 0..18, then ``a`` uniformly among the digits that
+    leave a digit ``b``: every answer has probability 1/19, so no constant answer scores more
+    than about 5% (uniform digits would make 9 right 10% of the time)."""
+    total = rng.randint(0, 18)
+    a = rng.randint(max(0, total - 9), min(9, total))
+    b = total - a
+    return f"Compute ${a} + {b}$.", str(total), _boxed(f"${a} + {b} = {total}$.", str(total)), 1
+
+
+#: Families selectable by name but outside the default rotation (``ProblemGenerator()`` never
+#: draws them, so its problems stay what they were).
+EXTRA_FAMILIES: dict[str, Callable[[random.Random], Draw]] = {f.__name__: f for f in (single_digit_sum,)}
+
+_ALL_FAMILIES: dict[str, Callable[[random.Random], Draw]] = {**FAMILIES, **EXTRA_FAMILIES}
+
+
 class ProblemGenerator(ProblemSource):
     """Seeded problems from several families (see ``FAMILIES``).
 
     Args:
-        families: restrict to these family names (default: all).
+        families: these family names, from ``FAMILIES`` or ``EXTRA_FAMILIES``, in rotation
+            order (default: all of ``FAMILIES``).
 
     Raises:
         ValueError: an unknown family name.
@@ -166,9 +190,9 @@ class ProblemGenerator(ProblemSource):
 
     def __init__(self, families: Sequence[str] | None = None) -> None:
         names = list(families) if families is not None else list(FAMILIES)
-        unknown = [f for f in names if f not in FAMILIES]
+        unknown = [f for f in names if f not in _ALL_FAMILIES]
         if unknown or not names:
-            raise ValueError(f"unknown problem families {unknown}; available: {', '.join(FAMILIES)}")
+            raise ValueError(f"unknown problem families {unknown}; available: {', '.join(_ALL_FAMILIES)}")
         self.families = names
 
     def __len__(self) -> int:
@@ -191,5 +215,5 @@ class ProblemGenerator(ProblemSource):
     @staticmethod
     @lru_cache(maxsize=8192)  # a problem id is reset once per rollout of its group: generate it once
     def _make(family: str, seed: int) -> Problem:
-        text, answer, solution, level = FAMILIES[family](random.Random(f"{family}/{seed}"))
+        text, answer, solution, level = _ALL_FAMILIES[family](random.Random(f"{family}/{seed}"))
         return Problem(f"gen/{family}/{seed}", text, answer, solution, subject=family, level=level, source="generator")
