@@ -19,10 +19,22 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TinyModelSpec", "build_tiny_model", "synthetic_debates", "tiny_model_main", "tool_callables"]
+__all__ = [
+    "LEARNING_WARMUP_SEED_BASE",
+    "TinyModelSpec",
+    "build_tiny_model",
+    "default_spec",
+    "learning_spec",
+    "rollout_tokens",
+    "supervised_steps",
+    "synthetic_debates",
+    "tiny_model_main",
+    "tool_callables",
+]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
 
@@ -35,6 +47,25 @@ def default_spec(seed: int = 0) -> TinyModelSpec:
     return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
                          intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
                          learning_rate=4e-3, version=5)
+
+
+#: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
+#: ``LEARNING_WARMUP_SEED_BASE + spec_seed * 10**6 + i``, disjoint from RL training seeds (a
+#: training run uses ``config.seed + i`` for ``i < dataset_size``, far below 10**8) and from
+#: held-out seeds (``>= trainer_client.heldout.HELDOUT_SEED_BASE`` = 10**9).
+LEARNING_WARMUP_SEED_BASE = 10**8
+
+
+def learning_spec(seed: int = 0) -> TinyModelSpec:
+    """The tiny model for the learning experiment: same architecture and format warm-up as
+    :func:`default_spec`, on the easy ``single_digit_sum`` family, where the scripted solver
+    is right with probability ``answer_accuracy`` (else a wrong answer drawn from
+    ``wrong_answers``, the family's answer range), so the warm-up also teaches some arithmetic.
+
+    Stop rule: exactly ``sft_steps`` optimizer steps (linear decay to 0), fixed in advance;
+    the held-out accuracy after it is partial by design (``scripts/learning_probe.py``)."""
+    return TinyModelSpec(default_spec(seed), family="single_digit_sum", answer_accuracy=1.0, wrong_answers=[0, 18],
+                         worked=True, warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, sft_steps=200)
 
 
 def tool_callables() -> list[Any]:
@@ -51,7 +82,9 @@ def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
 
 
-def synthetic_debates(n: int, seed: int, max_rounds: int = 1) -> list[list[dict[str, Any]]]:
+def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None = None,
+                      answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | None = None,
+                      seed_base: int | None = None, worked: bool = False) -> list[list[dict[str, Any]]]:
     """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
     results, then a closing assistant message), played locally with scripted actions.
 
@@ -59,6 +92,17 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1) -> list[list[dict[
     is cheap; later rounds repeat the same two tools.
 
     Answers are right or wrong at random, verdicts agree or not: the point is the format.
+
+    Args:
+        n, seed, max_rounds: how many debates, the scripted actions' seed, rounds per debate.
+        family: draw problems from this generator family only (``None``: the default rotation,
+            problem seeds ``10_000 + seed * 100_000 + i``).
+        answer_accuracy: probability that the scripted solver's answer is the right one.
+        wrong_answers: ``(low, high)``: a wrong answer is drawn uniformly from these integers,
+            never the right answer (``None``: from -50..200, possibly the right one by chance).
+        seed_base: first problem seed with ``family`` (problem ``i`` uses ``seed_base + i``).
+        worked: a right answer comes with the problem's reference solution (its worked steps,
+            ending in the boxed answer) instead of a one-word lead-in.
     """
     from env_server.debate import DebateEpisode
     from env_server.models import DebateAction, DebateObservation, Role
@@ -66,14 +110,15 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1) -> list[list[dict[
     from trainer_client.env import DEBATE_SYSTEM_PROMPT, render_instructions
 
     rng = random.Random(seed)
-    generator = ProblemGenerator()
+    generator = ProblemGenerator() if family is None else ProblemGenerator(families=[family])
+    first_seed = 10_000 + seed * 100_000 if seed_base is None else seed_base
     conversations = []
 
     def observation(episode: DebateEpisode) -> DebateObservation:
         return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
 
     for i in range(n):
-        problem = generator.by_seed(10_000 + seed * 100_000 + i)
+        problem = generator.by_seed(first_seed + i)
         episode = DebateEpisode(f"synthetic-{i}", problem, max_rounds=max_rounds, max_action_chars=4096)
         messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
                     {"role": "user", "content": render_instructions(observation(episode))}]
@@ -82,8 +127,11 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1) -> list[list[dict[
             role = episode.role
             assert role is not None, "an episode that is not done has a role to play"
             if role is Role.SOLVER:
-                last_answer = problem.answer if rng.random() < 0.5 else str(rng.randint(-50, 200))
+                last_answer = problem.answer if rng.random() < answer_accuracy else _wrong_answer(rng, problem.answer,
+                                                                                                     wrong_answers)
                 arguments = {"solution": rng.choice(["So", "Thus", "Hence"]) + f" \\boxed{{{last_answer}}}"}
+                if worked and last_answer == problem.answer:
+                    arguments["solution"] = problem.solution
                 content, name = arguments["solution"], "submit_solution"
             elif role is Role.VERIFIER:
                 verdict = rng.choice(["CORRECT", "INCORRECT"])
@@ -98,6 +146,15 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1) -> list[list[dict[
         messages.append({"role": "assistant", "content": "Done."})
         conversations.append(messages)
     return conversations
+
+
+def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int] | list[int] | None) -> str:
+    if wrong_answers is None:
+        return str(rng.randint(-50, 200))
+    low, high = wrong_answers
+    while (value := str(rng.randint(low, high))) == answer:
+        pass
+    return value
 
 
 def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str):
@@ -160,13 +217,16 @@ def _spec_hash(spec: TinyModelSpec) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False) -> Path:
+def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False,
+                     monitor: Callable[[int, Any, Any], None] | None = None) -> Path:
     """Build (or reuse) the tiny model and tokenizer in ``out_dir``.
 
     Args:
         out_dir: destination; a build with the same spec found there is reused as is.
         spec: build parameters (default :func:`default_spec`).
         progress: print the warm-up loss now and then.
+        monitor: called as ``monitor(step, model, tokenizer)`` after every warm-up step (for
+            learning curves; it must leave the model in training mode).
 
     Returns:
         ``out_dir`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained``).
@@ -182,7 +242,11 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
         return out_dir
 
     torch.manual_seed(spec["seed"])
-    conversations = synthetic_debates(spec["debates"], spec["seed"])
+    conversations = synthetic_debates(
+        spec["debates"], spec["seed"], family=spec.get("family"), answer_accuracy=spec.get("answer_accuracy", 0.5),
+        wrong_answers=spec.get("wrong_answers"), worked=spec.get("worked", False),
+        seed_base=None if "warmup_seed_base" not in spec else spec["warmup_seed_base"] + spec["seed"] * 10**6,
+    )
     chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tools = tool_callables()
     # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
@@ -199,7 +263,8 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     )
     model = Qwen2ForCausalLM(config)
     examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations]
-    _warm_up(model, examples, tokenizer.pad_token_id, spec, progress)
+    _warm_up(model, examples, tokenizer.pad_token_id, spec, progress,
+             None if monitor is None else lambda step: monitor(step, model, tokenizer))
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -209,7 +274,7 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
 
 
 def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, spec: TinyModelSpec,
-             progress: bool) -> None:
+             progress: bool, on_step: Callable[[int], None] | None = None) -> None:
     """Supervised warm-up on whole rollouts ``(tokens, mask)``: next-token loss on the model's
     own tokens only. (Training on short windows of the context was tried: the model then fails
     to call tools in full-length contexts.)"""
@@ -220,24 +285,65 @@ def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, sp
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / spec["sft_steps"])
     model.train()
     for step in range(spec["sft_steps"]):
-        batch = rng.sample(examples, spec["batch_size"])
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, mask) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            attention[row, : len(ids)] = 1
-            labels[row, : len(ids)] = torch.tensor([tok if m else -100 for tok, m in zip(ids, mask, strict=True)])
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = _supervised_step(model, optimizer, rng.sample(examples, spec["batch_size"]), pad_id)
         schedule.step()
         if progress and step % 50 == 0:
             print(f"tiny-model warm-up step {step}: loss {loss.item():.3f}", flush=True)
+        if on_step is not None:
+            on_step(step + 1)
     model.train(False)  # inference mode (torch's eval mode)
+
+
+def _supervised_step(model, optimizer, batch: list[tuple[list[int], list[int]]], pad_id: int):
+    """One optimizer step of next-token loss on the masked tokens of ``batch`` (right-padded);
+    returns the loss."""
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, mask) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, : len(ids)] = torch.tensor([tok if m else -100 for tok, m in zip(ids, mask, strict=True)])
+    loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
+def supervised_steps(model, examples: list[tuple[list[int], list[int]]], pad_id: int, *, learning_rate: float,
+                     batch_size: int, seed: int = 0, seconds: float | None = None, steps: int | None = None) -> int:
+    """Supervised steps on rollouts ``(tokens, mask)`` as the warm-up takes them (loss on the
+    model's own tokens, AdamW, gradient clipping at 1), at a constant learning rate, until
+    ``steps`` steps or ``seconds`` of wall-clock (whichever comes first; at least one bound).
+
+    Returns:
+        The number of steps taken. The model is left in inference mode.
+    """
+    import time
+
+    import torch
+
+    if seconds is None and steps is None:
+        raise ValueError("supervised_steps needs a step count or a time budget")
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    model.train()
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    taken = 0
+    while (steps is None or taken < steps) and (deadline is None or time.perf_counter() < deadline):
+        _supervised_step(model, optimizer, rng.sample(examples, min(batch_size, len(examples))), pad_id)
+        taken += 1
+    model.train(False)  # inference mode (torch's eval mode)
+    return taken
+
+
+#: The rollout layout of TRL's tool loop, public for other supervised trainers (``trainer_client.sft``).
+rollout_tokens = _rollout_tokens
 
 
 def tiny_model_main(out_dir: str) -> int:

@@ -1,0 +1,115 @@
+"""The held-out evaluation and the easy family of the learning experiment (no model needed)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from env_server.problems import ProblemGenerator, load_problem_source
+from env_server.problems.generator import EXTRA_FAMILIES, FAMILIES
+from trainer_client.heldout import (
+    HELDOUT_SEED_BASE,
+    grade_answer_text,
+    heldout_seeds,
+    read_solver_turn,
+    solver_prompt_ids,
+)
+from trainer_client.tiny_model import LEARNING_WARMUP_SEED_BASE, learning_spec, synthetic_debates
+
+
+def _call(name: str, arguments: dict[str, str]) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call><|im_end|>'
+
+
+def test_gen_spec_serves_only_the_named_families() -> None:
+    source = load_problem_source("gen:single_digit_sum")
+    assert isinstance(source, ProblemGenerator)
+    assert source.families == ["single_digit_sum"]
+    problem = source.by_seed(HELDOUT_SEED_BASE + 7)
+    assert problem.problem_id == f"gen/single_digit_sum/{HELDOUT_SEED_BASE + 7}"
+    assert source.get(problem.problem_id) == problem
+    a, b = (int(x) for x in problem.problem.removeprefix("Compute $").removesuffix("$.").split(" + "))
+    assert 0 <= a <= 9 and 0 <= b <= 9 and problem.answer == str(a + b)
+    pair = load_problem_source("gen:gcd_lcm, single_digit_sum")
+    assert isinstance(pair, ProblemGenerator)
+    assert pair.families == ["gcd_lcm", "single_digit_sum"]
+    with pytest.raises(ValueError, match="unknown problem families"):
+        load_problem_source("gen:no_such_family")
+
+
+def test_the_easy_family_is_not_in_the_default_rotation() -> None:
+    assert "single_digit_sum" in EXTRA_FAMILIES and "single_digit_sum" not in FAMILIES
+    assert ProblemGenerator().families == list(FAMILIES)
+
+
+def test_no_constant_answer_scores_more_than_10_percent() -> None:
+    source = load_problem_source("gen:single_digit_sum")
+    answers = Counter(source.by_seed(s).answer for s in heldout_seeds(500))
+    best, hits = answers.most_common(1)[0]
+    assert hits / 500 <= 0.10, (best, hits)
+    assert all(grade_answer_text(source.by_seed(s).answer, best) is (source.by_seed(s).answer == best)
+               for s in heldout_seeds(50))
+
+
+def test_heldout_seeds_are_disjoint_from_warm_up_and_training_seeds() -> None:
+    source = load_problem_source("gen:single_digit_sum")
+    spec = learning_spec()
+    heldout = {source.by_seed(s).problem_id for s in heldout_seeds(500)}
+    warm_up_first = LEARNING_WARMUP_SEED_BASE + spec["seed"] * 10**6
+    warm_up = {source.by_seed(warm_up_first + i).problem_id for i in range(spec["debates"])}
+    training = {source.by_seed(s).problem_id for s in range(1024)}  # config.seed 0 + i, i < dataset_size
+    assert not heldout & warm_up and not heldout & training and not warm_up & training
+    assert min(heldout_seeds(500)) >= HELDOUT_SEED_BASE > warm_up_first + spec["debates"] > 1024
+    debates = synthetic_debates(3, spec["seed"], family=spec["family"], wrong_answers=spec["wrong_answers"],
+                                seed_base=warm_up_first)
+    shown = [debate[1]["content"] for debate in debates]
+    assert all(source.by_seed(warm_up_first + i).problem in text for i, text in enumerate(shown))
+
+
+def test_a_correct_tool_call_is_graded_correct() -> None:
+    text = _call("submit_solution", {"solution": "$3 + 4 = 7$. So the answer is $\\boxed{7}$."})
+    turn = read_solver_turn(text)
+    assert turn.tool == "submit_solution" and turn.valid and turn.answer == "7"
+    assert grade_answer_text("7", turn.answer) is True
+    assert grade_answer_text("8", turn.answer) is False
+    assert grade_answer_text("\\frac{1}{2}", "0.5") is True  # the server's grader, not string equality
+
+
+@pytest.mark.parametrize("text", [
+    "So the answer is \\boxed{7}.<|im_end|>",  # no tool call
+    '<tool_call>\n{"name": "submit_solution", "arguments": {"solution": "\\\\boxed{7}"}\n</tool_call>',  # bad JSON
+    '<tool_call>\n{"name": "submit_solution", "arguments": {"solution": "\\\\boxed{7}"}}',  # unclosed call
+    _call("submit_verdict", {"verdict": "CORRECT", "critique": "\\boxed{7}"}),  # the wrong tool
+    _call("submit_solution", {"answer": "\\boxed{7}"}),  # the wrong argument
+    _call("submit_solution", {"solution": "The answer is 7."}),  # no boxed answer
+    _call("submit_solution", {"solution": "\\boxed{7"}),  # unclosed box
+    "<|im_end|>" + _call("submit_solution", {"solution": "\\boxed{7}"}),  # after the end of the turn
+])
+def test_malformed_turns_are_format_invalid(text: str) -> None:
+    turn = read_solver_turn(text)
+    assert not turn.valid and turn.answer is None
+
+
+def test_the_prompt_is_the_tool_loops_prompt() -> None:
+    """The evaluator's prompt equals the prompt of a warm-up rollout (``_rollout_tokens``'s
+    layout of TRL's tool loop) for the same problem."""
+    from transformers import PreTrainedTokenizerFast
+
+    from trainer_client.tiny_model import SPECIAL_TOKENS, _rollout_tokens, _train_tokenizer, tool_callables
+
+    trl = pytest.importorskip("trl")
+    from pathlib import Path
+
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer = _train_tokenizer(SPECIAL_TOKENS, 300, template)
+    assert isinstance(tokenizer, PreTrainedTokenizerFast)
+    spec = learning_spec()
+    first = LEARNING_WARMUP_SEED_BASE
+    debate = synthetic_debates(1, spec["seed"], family=spec["family"], wrong_answers=spec["wrong_answers"],
+                               seed_base=first)[0]
+    tools = tool_callables()
+    ids, mask = _rollout_tokens(tokenizer, debate, tools)
+    prompt = solver_prompt_ids(tokenizer, load_problem_source("gen:single_digit_sum").by_seed(first), tools)
+    assert ids[:len(prompt)] == prompt and mask[len(prompt) - 1] == 0 and mask[len(prompt)] == 1

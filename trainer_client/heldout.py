@@ -1,0 +1,275 @@
+"""Held-out evaluation of a policy's first answer: one code path for every measurement.
+
+For each problem (``source.by_seed(seed)``, held-out seeds are ``>= HELDOUT_SEED_BASE``) the
+solver's prompt is built exactly as TRL's tool loop builds a rollout's prompt: the system
+message :data:`~trainer_client.env.DEBATE_SYSTEM_PROMPT`, a user message holding
+:func:`~trainer_client.env.render_instructions` of the reset observation (played locally with
+the server's own :class:`~env_server.debate.DebateEpisode`), the environment's tools, and
+``apply_chat_template(..., tools=..., add_generation_prompt=True)``. The model generates the
+solver's first turn (greedy, and optionally ``k`` samples at a temperature for pass@k, in
+left-padded batches); the first ``<tool_call>{json}</tool_call>`` block (the qwen3 template's
+format, as TRL's response schema reads it) must call ``submit_solution`` with exactly a
+``solution`` string; its last ``\\boxed{}`` is read with the server's
+:func:`~env_server.answers.last_boxed` and graded against the problem's answer with the
+server's grader (its exact/closed-form fast paths, then math-verify in process). Model output
+is never evaluated as code.
+
+First-answer accuracy counts an answer only when it came through a well-formed
+``submit_solution`` call; a turn without one is format-invalid and wrong. (In training the
+environment would still submit a tool-less reply as the solver's action; here it does not count.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from env_server.answers import last_boxed
+from env_server.grading import Grader, GradingConfig
+from env_server.problems import Problem, ProblemSource
+
+__all__ = [
+    "HELDOUT_SEED_BASE",
+    "HeldoutRecord",
+    "HeldoutReport",
+    "SolverTurn",
+    "evaluate_first_answers",
+    "grade_answer_text",
+    "heldout_seeds",
+    "read_solver_turn",
+    "solver_prompt_ids",
+]
+
+#: Held-out problems use seeds from here up; warm-up and RL training seeds stay below it.
+HELDOUT_SEED_BASE = 10**9
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
+_END_OF_TURN = "<|im_end|>"
+
+
+def heldout_seeds(n: int, start: int = 0) -> list[int]:
+    """``n`` held-out seeds: ``HELDOUT_SEED_BASE + start + i``."""
+    return [HELDOUT_SEED_BASE + start + i for i in range(n)]
+
+
+@dataclass(frozen=True)
+class SolverTurn:
+    """What a generated solver turn amounts to.
+
+    Attributes:
+        tool: name of the first tool call (``None``: no parsable call).
+        solution: its ``solution`` argument when the call is a well-formed ``submit_solution``.
+        answer: the last ``\\boxed{}`` of the solution (``None``: no box, or no valid call).
+    """
+
+    tool: str | None
+    solution: str | None
+    answer: str | None
+
+    @property
+    def valid(self) -> bool:
+        """A parsable ``submit_solution`` call whose solution has a boxed answer."""
+        return self.answer is not None
+
+
+def read_solver_turn(text: str) -> SolverTurn:
+    """Parse a generated solver turn (decoded with special tokens; stops at ``<|im_end|>``)."""
+    text = text.split(_END_OF_TURN, 1)[0]
+    match = _TOOL_CALL.search(text)
+    if match is None:
+        return SolverTurn(None, None, None)
+    try:
+        call = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return SolverTurn(None, None, None)
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return SolverTurn(None, None, None)
+    arguments = call.get("arguments")
+    if (call["name"] != "submit_solution" or not isinstance(arguments, dict) or set(arguments) != {"solution"}
+            or not isinstance(arguments["solution"], str)):
+        return SolverTurn(call["name"], None, None)
+    solution = arguments["solution"]
+    return SolverTurn("submit_solution", solution, last_boxed(solution))
+
+
+_GRADER: Grader | None = None
+
+
+def grade_answer_text(gold: str, answer: str | None) -> bool:
+    """The server's verdict on an extracted answer: its grader's rule/exact/closed-form paths,
+    else math-verify (``grading_worker.grade_answer``) in this process."""
+    global _GRADER
+    if _GRADER is None:
+        _GRADER = Grader(GradingConfig(workers=1))  # never started: only its synchronous fast paths run
+    quick = _GRADER.quick_grade(gold, answer)
+    if quick is not None:
+        return quick.correct
+    from env_server.grading_worker import grade_answer
+
+    assert answer is not None  # quick_grade decides a missing answer
+    config = _GRADER.config
+    correct, _kind = grade_answer(gold, answer, config.sig_figs, config.soft_timeout_s)
+    return bool(correct)
+
+
+def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | None = None,
+                      max_rounds: int = 1) -> list[int]:
+    """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout."""
+    from env_server.debate import DebateEpisode
+    from env_server.models import DebateObservation
+    from trainer_client.env import DEBATE_SYSTEM_PROMPT, render_instructions
+    from trainer_client.tiny_model import tool_callables
+
+    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096)
+    observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+    messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
+                {"role": "user", "content": "" + render_instructions(observation)}]
+    return list(tokenizer.apply_chat_template(messages, tools=list(tools if tools is not None else tool_callables()),
+                                              add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+@dataclass
+class HeldoutRecord:
+    """One problem's result: the greedy turn and, with ``k > 0``, the sampled turns."""
+
+    problem_id: str
+    problem: str
+    gold: str
+    completion: str
+    tool: str | None
+    answer: str | None
+    valid: bool
+    correct: bool
+    sample_answers: list[str | None] = field(default_factory=list)
+    sample_correct: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class HeldoutReport:
+    """Aggregates over the records.
+
+    Attributes:
+        accuracy: greedy first-answer accuracy (a valid call with a correct boxed answer).
+        valid_rate: share of greedy turns that are a valid ``submit_solution`` with a box.
+        accuracy_valid: accuracy among the valid greedy turns (0 when none is valid).
+        pass_at_k: share of problems with at least one correct sample among ``k`` (``None``
+            when ``k == 0``).
+        sample_accuracy: mean correctness of the samples (pass@1 at ``temperature``).
+        sample_valid_rate: share of samples that are valid.
+        seconds: wall-clock of the whole evaluation.
+    """
+
+    n: int
+    accuracy: float
+    valid_rate: float
+    accuracy_valid: float
+    k: int
+    temperature: float
+    pass_at_k: float | None
+    sample_accuracy: float | None
+    sample_valid_rate: float | None
+    seconds: float
+    records: list[HeldoutRecord]
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates without the records."""
+        return {k: v for k, v in asdict(self).items() if k != "records"}
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, sample: bool, num: int, temperature: float,
+              max_new_tokens: int) -> list[list[str]]:
+    """Decoded continuations, ``num`` per prompt, from one left-padded batch."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention[row, width - len(ids):] = 1
+    options: dict[str, Any] = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0, "num_return_sequences": num}
+        if sample else {"do_sample": False}
+    )
+    with torch.inference_mode():
+        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+                             pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **options)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=False)
+    return [texts[i * num:(i + 1) * num] for i in range(len(prompts))]
+
+
+def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *, k: int = 0,
+                           temperature: float = 1.0, batch_size: int = 64, max_new_tokens: int = 96,
+                           sample_seed: int = 0, max_rounds: int = 1) -> HeldoutReport:
+    """Greedy first-answer accuracy (and pass@k at ``temperature`` with ``k`` samples) on
+    ``source.by_seed(s)`` for ``s`` in ``seeds``.
+
+    Args:
+        model, tokenizer: a Hugging Face causal LM and its tokenizer (chat template with tools).
+        source: the problem source the server serves.
+        seeds: problem seeds (held-out: :func:`heldout_seeds`).
+        k: samples per problem for pass@k (0: greedy only).
+        temperature: sampling temperature of the samples.
+        batch_size: prompts per generation batch (left padding).
+        max_new_tokens: longest generated turn.
+        sample_seed: torch seed for the samples (reproducible).
+        max_rounds: the episode's rounds (the solver's first instructions do not depend on it).
+    """
+    import torch
+
+    from trainer_client.tiny_model import tool_callables
+
+    start = time.perf_counter()
+    was_training = model.training
+    model.train(False)
+    tools = tool_callables()
+    problems = [source.by_seed(s) for s in seeds]
+    prompts = [solver_prompt_ids(tokenizer, p, tools, max_rounds) for p in problems]
+    greedy: list[str] = []
+    samples: list[list[str]] = []
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(sample_seed)
+    try:
+        for i in range(0, len(prompts), batch_size):
+            batch = prompts[i:i + batch_size]
+            greedy += [texts[0] for texts in _generate(model, tokenizer, batch, sample=False, num=1,
+                                                       temperature=temperature, max_new_tokens=max_new_tokens)]
+            if k:
+                samples += _generate(model, tokenizer, batch, sample=True, num=k, temperature=temperature,
+                                     max_new_tokens=max_new_tokens)
+    finally:
+        torch.random.set_rng_state(generator_state)
+        model.train(was_training)
+    records = []
+    for j, problem in enumerate(problems):
+        turn = read_solver_turn(greedy[j])
+        sample_turns = [read_solver_turn(t) for t in samples[j]] if k else []
+        records.append(HeldoutRecord(
+            problem_id=problem.problem_id, problem=problem.problem, gold=problem.answer, completion=greedy[j],
+            tool=turn.tool, answer=turn.answer, valid=turn.valid,
+            correct=turn.valid and grade_answer_text(problem.answer, turn.answer),
+            sample_answers=[t.answer for t in sample_turns],
+            sample_correct=[t.valid and grade_answer_text(problem.answer, t.answer) for t in sample_turns],
+        ))
+    n = len(records)
+    valid = [r for r in records if r.valid]
+    all_samples = [c for r in records for c in r.sample_correct]
+    return HeldoutReport(
+        n=n,
+        accuracy=sum(r.correct for r in records) / n if n else 0.0,
+        valid_rate=len(valid) / n if n else 0.0,
+        accuracy_valid=sum(r.correct for r in valid) / len(valid) if valid else 0.0,
+        k=k,
+        temperature=temperature,
+        pass_at_k=sum(any(r.sample_correct) for r in records) / n if k and n else None,
+        sample_accuracy=sum(all_samples) / len(all_samples) if all_samples else None,
+        sample_valid_rate=(sum(a is not None for r in records for a in r.sample_answers) / len(all_samples)
+                           if all_samples else None),
+        seconds=time.perf_counter() - start,
+        records=records,
+    )
