@@ -41,7 +41,7 @@ from trainer_client.shaping import RewardShapingStrategy
 from trainer_client.spans import Segment, role_spans
 from trainer_client.step_credit import gigpo_turn_values
 
-__all__ = ["BatchAdvantages", "GiGPOInputs", "batch_advantages"]
+__all__ = ["BatchAdvantages", "GiGPOInputs", "batch_advantages", "shuffle_episode_rewards"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,28 @@ class BatchAdvantages:
     items: RoleItems
     shaped: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+def shuffle_episode_rewards(records: Sequence[EpisodeRewards], seed: int) -> list[EpisodeRewards]:
+    """The shuffled-reward control: the same records with their episode rewards ``G`` permuted
+    across the batch (``numpy.random.default_rng(seed).permutation``).
+
+    The batch keeps its reward distribution (same mean, same number of correct rollouts) but a
+    rollout's advantage no longer depends on its own outcome, so a policy trained on it should not
+    improve beyond what the reward-free parts of the update (e.g. entropy changes) do. Only ``G``
+    moves: per-turn rewards and counterfactual facts stay as graded, so use it with identity
+    shaping (which reads only ``G``).
+
+    Args:
+        records: the gathered batch's graded records, ``n`` long.
+        seed: the permutation's seed; every process must pass the same one.
+
+    Returns:
+        ``n`` records; record ``k`` carries ``records[perm[k]].episode_reward``.
+    """
+    perm = np.random.default_rng(seed).permutation(len(records))
+    return [rec.model_copy(update={"episode_reward": records[int(j)].episode_reward})
+            for rec, j in zip(records, perm, strict=True)]
 
 
 def batch_advantages(

@@ -49,8 +49,8 @@ from accelerate.utils import gather_object, is_peft_model
 from transformers import PreTrainedTokenizerBase, ProcessorMixin
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-from env_server.models import EpisodeRewards
-from trainer_client.advantages import GiGPOInputs, batch_advantages
+from env_server.models import EpisodeRewards, Role
+from trainer_client.advantages import GiGPOInputs, batch_advantages, shuffle_episode_rewards
 from trainer_client.config import GiGPOConfig, ReplayConfig, SDPOConfig
 from trainer_client.forward import (
     checkpointing_active,
@@ -102,6 +102,9 @@ class DebateGRPOTrainer(GRPOTrainer):
             ``reward_use_score``, its step outputs give GiGPO's step rewards.
         ground_truth: ``problem_id -> reference answer`` passed to the reward function
             (default: ``None`` for every rollout).
+        shuffle_rewards: the shuffled-reward control (never for real training): the gathered
+            batch's episode rewards are permuted across rollouts before shaping
+            (:func:`~trainer_client.advantages.shuffle_episode_rewards`); logged rewards stay true.
 
     Raises:
         ValueError: a channel is on without what it needs.
@@ -111,7 +114,8 @@ class DebateGRPOTrainer(GRPOTrainer):
                  sdpo: SDPOConfig | None = None, replay: ReplayConfig | None = None,
                  hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
                  advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
-                 reward_use_score: bool = True, ground_truth: Any = None, **kwargs: Any) -> None:
+                 reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
+                 **kwargs: Any) -> None:
         if advantage_estimator not in ("grpo", "gigpo"):
             raise ValueError(f"advantage_estimator must be 'grpo' or 'gigpo', got {advantage_estimator!r}")
         super().__init__(*args, **kwargs)
@@ -120,6 +124,9 @@ class DebateGRPOTrainer(GRPOTrainer):
         self.reward_runner = reward_runner
         self.reward_use_score = reward_use_score
         self.ground_truth = ground_truth
+        self.shuffle_rewards = shuffle_rewards
+        if shuffle_rewards:
+            log.info("CONTROL RUN: episode rewards are shuffled within each batch (shuffle_rewards=true)")
         self.shaping_strategy = shaping_strategy or get_strategy("identity")
         announce_strategy(self.shaping_strategy)
         self.scale_advantages = scale_advantages
@@ -208,6 +215,8 @@ class DebateGRPOTrainer(GRPOTrainer):
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         assert num_generations is not None, "GRPOConfig resolves num_generations(_eval)"
         all_records = gather_object(records)
+        if self.shuffle_rewards and mode == "train":  # the shuffled-reward control (same seed on every process)
+            all_records = shuffle_episode_rewards(all_records, seed=self.args.seed * 1_000_003 + self.state.global_step)
         accept_probs = (self._verdict_probs(output, segments)
                         if VERIFIER_ACCEPT_PROB in self.shaping_strategy.extra_columns else None)
         gigpo = self._gigpo_inputs(records, environments, user_results) if self.advantage_estimator == "gigpo" else None
@@ -570,18 +579,18 @@ class DebateGRPOTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         for name, value in shaping_metrics(items.rewards, shaped, items.roles, items.group_ids).items():
             metrics[name].append(value)
-        per_role: dict[str, list[float]] = defaultdict(list)
+        per_role: dict[Role, list[float]] = defaultdict(list)
         sites = trained = 0
         for record in records:
             for turn in record.turns:
-                per_role[turn.role.value].append(turn.reward)
+                per_role[turn.role].append(turn.reward)
                 if turn.role in TRAINED_ROLES:
                     trained += 1
                     sites += turn.error_kind is not None
         for role in TRAINED_ROLES:
             values = per_role.get(role)
             if values:
-                metrics[f"debate/reward/{role}"].append(float(np.mean(values)))
+                metrics[f"debate/reward/{role.value}"].append(float(np.mean(values)))
         judged = [r.facts.judge_correct for r in records if r.facts.judge_correct is not None]
         if judged:
             metrics["debate/judge_accuracy"].append(float(np.mean(judged)))
