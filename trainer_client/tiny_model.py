@@ -62,8 +62,14 @@ def learning_spec(seed: int = 0) -> TinyModelSpec:
     is right with probability ``answer_accuracy`` (else a wrong answer drawn from
     ``wrong_answers``, the family's answer range), so the warm-up also teaches some arithmetic.
 
-    Stop rule: exactly ``sft_steps`` optimizer steps (linear decay to 0), fixed in advance;
-    the held-out accuracy after it is partial by design (``scripts/learning_probe.py``)."""
+    Stop rule: exactly ``sft_steps`` optimizer steps (linear decay to 0), fixed in advance.
+
+    Measured (``scripts/learning_probe.py``, 2 shared CPU cores): this recipe teaches the format
+    (greedy turns 100% valid ``submit_solution`` calls) but not the arithmetic: greedy held-out
+    accuracy 4% on 500 problems (chance 1/19), every answer the same. Neither more steps (300,
+    right answers half the time) nor restating the problem (``restate``, 150, 300 and 450 of 600 steps: 4%, 8%, 5% on 100) lifted
+    it clearly above chance; the model does not yet read the problem. Not yet a usable start
+    for the RL experiment."""
     return TinyModelSpec(default_spec(seed), family="single_digit_sum", answer_accuracy=1.0, wrong_answers=[0, 18],
                          worked=True, warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, sft_steps=200)
 
@@ -84,7 +90,8 @@ def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
 
 def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None = None,
                       answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | None = None,
-                      seed_base: int | None = None, worked: bool = False) -> list[list[dict[str, Any]]]:
+                      seed_base: int | None = None, worked: bool = False,
+                      restate: bool = False) -> list[list[dict[str, Any]]]:
     """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
     results, then a closing assistant message), played locally with scripted actions.
 
@@ -103,6 +110,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         seed_base: first problem seed with ``family`` (problem ``i`` uses ``seed_base + i``).
         worked: a right answer comes with the problem's reference solution (its worked steps,
             ending in the boxed answer) instead of a one-word lead-in.
+        restate: a worked solution starts by restating the problem verbatim (the same tokens
+            as in the prompt, so copying them is an easy first skill for a tiny model).
     """
     from env_server.debate import DebateEpisode
     from env_server.models import DebateAction, DebateObservation, Role
@@ -131,7 +140,7 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                                                                                                      wrong_answers)
                 arguments = {"solution": rng.choice(["So", "Thus", "Hence"]) + f" \\boxed{{{last_answer}}}"}
                 if worked and last_answer == problem.answer:
-                    arguments["solution"] = problem.solution
+                    arguments["solution"] = f"{problem.problem} {problem.solution}" if restate else problem.solution
                 content, name = arguments["solution"], "submit_solution"
             elif role is Role.VERIFIER:
                 verdict = rng.choice(["CORRECT", "INCORRECT"])
@@ -244,7 +253,7 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     torch.manual_seed(spec["seed"])
     conversations = synthetic_debates(
         spec["debates"], spec["seed"], family=spec.get("family"), answer_accuracy=spec.get("answer_accuracy", 0.5),
-        wrong_answers=spec.get("wrong_answers"), worked=spec.get("worked", False),
+        wrong_answers=spec.get("wrong_answers"), worked=spec.get("worked", False), restate=spec.get("restate", False),
         seed_base=None if "warmup_seed_base" not in spec else spec["warmup_seed_base"] + spec["seed"] * 10**6,
     )
     chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
