@@ -1,4 +1,4 @@
-"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model`` and ``demo``.
+"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model``, ``demo`` and ``ablate``.
 
 - ``mathdebate train --config PATH --preset baseline|sdpo|replay|full --env-url URL --max-steps N
   --output-dir DIR [--model ID_OR_PATH] [-o key=value ...]``
@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from env_server import cli as server_cli
+from trainer_client.config import TINY_MODELS
 
 __all__ = ["demo_config", "main", "run_training"]
 
@@ -51,21 +52,25 @@ def _load_model(name: str, output_dir: Path):
     """(model, tokenizer) for a hub id or path, or the offline tiny model for ``"tiny"``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path: str | Path
-    if name == "tiny":
-        from trainer_client.tiny_model import build_tiny_model
-
-        path = build_tiny_model(output_dir.parent / "tiny-model")
-    else:
-        path = name
+    path: str | Path = tiny_model_path(name, output_dir.parent) if name in TINY_MODELS else name
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
-def run_training(config, progress: bool = True) -> Path:
+def tiny_model_path(name: str, parent: Path) -> Path:
+    """Build (or reuse) the offline tiny model ``name`` (a key of ``TINY_MODELS``) under ``parent``
+    (``parent/tiny-model`` for ``tiny``, ``parent/tiny-learning`` for ``tiny-learning``)."""
+    from trainer_client import tiny_model
+
+    spec = getattr(tiny_model, TINY_MODELS[name])()
+    return tiny_model.build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
+
+
+def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -> Path:
     """Train with a validated :class:`~trainer_client.config.TrainConfig`; returns the output dir.
 
     Writes ``metrics.jsonl``, ``training.png``, ``config.yaml``, checkpoints (every
-    ``save_steps``) and the final model (``final/``) into ``config.output_dir``.
+    ``save_steps``) and the final model (``final/``) into ``config.output_dir``. ``callbacks``
+    are extra ``transformers.TrainerCallback`` objects (e.g. an outer progress bar).
 
     Raises:
         ConnectionError: the env server does not answer.
@@ -73,7 +78,7 @@ def run_training(config, progress: bool = True) -> Path:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL
     import torch
     from datasets import Dataset
-    from transformers.trainer_callback import ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from trl.trainer.grpo_config import GRPOConfig
 
     from trainer_client.env import DEBATE_SYSTEM_PROMPT, environment_factory
@@ -158,7 +163,7 @@ def run_training(config, progress: bool = True) -> Path:
         train_dataset=dataset,
         processing_class=tokenizer,
         environment_factory=environment_factory(config.env_url, token, config.max_rounds, config.rewards_timeout_s),
-        callbacks=[MetricsFileCallback(output_dir / "metrics.jsonl")],
+        callbacks=[MetricsFileCallback(output_dir / "metrics.jsonl"), *callbacks],
         shaping_strategy=create_strategy_from_config(config.reward_shaping),
         scale_advantages=config.scale_advantages,
         sdpo=config.sdpo,
@@ -171,10 +176,13 @@ def run_training(config, progress: bool = True) -> Path:
         reward_runner=reward_runner,
         reward_use_score=config.reward_function.use_score if config.reward_function else True,
         ground_truth=ground_truth,
+        shuffle_rewards=config.shuffle_rewards,
     )
     if progress:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(QuietProgressCallback())
+    else:  # no bar: transformers then prints every log dict (PrinterCallback); metrics.jsonl has them
+        trainer.remove_callback(PrinterCallback)
     try:
         trainer.train()
         if teacher_pool is not None:  # keep the pairs of the last steps' replays
@@ -197,7 +205,7 @@ def _add_train_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-url", default=None)
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--output-dir", default=None)
-    parser.add_argument("--model", default=None, help="Hugging Face causal LM id or path, or 'tiny'")
+    parser.add_argument("--model", default=None, help="Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning'")
     parser.add_argument("--advantage-estimator", choices=["grpo", "gigpo"], default=None,
                         help="per-role group normalisation (grpo, default) or GiGPO step-level credit (gigpo)")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
@@ -318,7 +326,9 @@ def add_commands(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return server_cli.main(argv, extra_commands=[add_commands])
+    from trainer_client.ablate import add_ablate_command
+
+    return server_cli.main(argv, extra_commands=[add_commands, add_ablate_command])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from trainer_client.teachers import TeacherConfig
 
 __all__ = [
     "PRESETS",
+    "TINY_MODELS",
     "TINY_MODEL_TEACHERS",
     "GiGPOConfig",
     "ReplayConfig",
@@ -36,6 +37,11 @@ __all__ = [
 #: two ground-truth oracles (the tiny model has no teacher worth asking). Runs with oracle
 #: teachers are gold-supervised and are labelled so in logs and reports.
 TINY_MODEL_TEACHERS: list[dict[str, str]] = [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}]
+
+#: ``model`` names of the offline tiny models: ``tiny`` (format warm-up, random answers: the demo's)
+#: and ``tiny-learning`` (warm-up on the easy ``single_digit_sum`` family, partly right: the
+#: learning experiment's; ``trainer_client.tiny_model.learning_spec``).
+TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec"}
 
 #: Ablation presets: (alpha for SDPO, beta for trace-replay DPO).
 PRESETS: dict[str, tuple[float, float]] = {
@@ -165,7 +171,8 @@ class TrainConfig(_Strict):
     """``mathdebate train`` settings (see ``configs/`` for examples).
 
     Attributes:
-        model: a Hugging Face causal LM id or path, or ``"tiny"`` for the offline tiny model.
+        model: a Hugging Face causal LM id or path, or an offline tiny model (``"tiny"``,
+            ``"tiny-learning"``; see :data:`TINY_MODELS`).
         env_url: the env server.
         env_token_env: environment variable holding the server's bearer token, if any.
         problems: the server's problem source (only the oracle teacher needs it).
@@ -189,6 +196,9 @@ class TrainConfig(_Strict):
             (episode- plus step-level group advantages, :mod:`trainer_client.gigpo`).
         gigpo: GiGPO settings.
         reward_function: an optional user reward function over the transcripts.
+        shuffle_rewards: the shuffled-reward control of ``mathdebate ablate``: episode rewards
+            are permuted within each batch before shaping, so the policy gets no signal about
+            its own outcomes. Never set it for real training.
     """
 
     model: str = "tiny"
@@ -224,12 +234,13 @@ class TrainConfig(_Strict):
     advantage_estimator: Literal["grpo", "gigpo"] = "grpo"
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
     reward_function: RewardFunctionConfig | None = None
+    shuffle_rewards: bool = False
 
     @model_validator(mode="before")
     @classmethod
     def _tiny_model_default_teachers(cls, data: Any) -> Any:
         """``model: tiny`` with replay on and no teachers: the two oracle teachers (documented default)."""
-        if not isinstance(data, dict) or data.get("model", "tiny") != "tiny":
+        if not isinstance(data, dict) or data.get("model", "tiny") not in TINY_MODELS:
             return data
         replay = data.get("replay")
         if replay is None or isinstance(replay, dict):

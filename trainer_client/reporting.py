@@ -14,7 +14,8 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
-__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "plot_metrics"]
+__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "plot_metrics",
+           "write_ablation_report"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
 DEPRECATED_SDPO_KEY = "loss/sdpo_kl"
@@ -86,3 +87,149 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+def write_ablation_report(out: Path, protocol: dict[str, Any], before: Any, before_correct: list[bool],
+                          results: list[Any], controls: dict[str, dict[str, Any]]) -> None:
+    """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
+
+    Args:
+        out: the output directory.
+        protocol: the fixed settings (model, problems, held-out size, seeds, steps, ...).
+        before: the starting policy's :class:`~trainer_client.heldout.HeldoutReport`.
+        before_correct: ``(N,)`` its per-problem correctness.
+        results: :class:`~trainer_client.ablate.RunResult` per (arm, seed), controls included.
+        controls: the answer-only controls (:func:`~trainer_client.ablate.static_controls`).
+    """
+    from trainer_client.ablation_stats import mean_interval, paired_gain
+
+    arms: dict[str, list[Any]] = {}
+    for result in results:
+        arms.setdefault(result.arm, []).append(result)
+    b = before.summary()
+    summary: dict[str, Any] = {"protocol": protocol, "before": b, "controls": controls, "arms": {}}
+    for name, runs in arms.items():
+        gain = paired_gain(before_correct, [r.correct for r in runs])
+        after = {key: mean_interval([r.heldout[key] for r in runs]).mean
+                 for key in ("accuracy", "valid_rate", "accuracy_valid", "pass_at_k") if runs[0].heldout.get(key) is not None}
+        summary["arms"][name] = {
+            "accuracy_before": b["accuracy"],
+            "accuracy_after": after["accuracy"],
+            "seeds": [r.seed for r in runs],
+            "accuracy_after_by_seed": [r.heldout["accuracy"] for r in runs],
+            "gain_by_seed_ci95": [gain.by_seed.low, gain.by_seed.high],
+            "gain_by_problem_ci95": [gain.by_problem.low, gain.by_problem.high],
+            "valid_rate_after": after.get("valid_rate"),
+            "accuracy_valid_after": after.get("accuracy_valid"),
+            "pass_at_k_after": after.get("pass_at_k"),
+            "rl_seconds": [r.rl_seconds for r in runs],
+            "steps": [r.steps for r in runs],
+            "gold_supervised": any(r.gold_supervised for r in runs),
+            "pairs_stored": [r.pairs_stored for r in runs],
+            "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
+        }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _ablation_plot(out / "report.png", arms, b, controls)
+    (out / "report.md").write_text(_ablation_markdown(summary, arms, before_correct))
+
+
+def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], before_correct: list[bool]) -> str:
+    from trainer_client.ablation_stats import paired_gain
+
+    p, b = summary["protocol"], summary["before"]
+    lines = [
+        "# mathdebate ablate: held-out accuracy before and after training", "",
+        f"Model `{p['model']}`, problems `{p['problems']}`, {p['heldout_problems']} held-out problems "
+        f"(seeds {p['heldout_seeds'][0]}..{p['heldout_seeds'][1]}), {p['seeds']} seeds, {p['max_steps']} steps per run, "
+        f"greedy first answer; pass@{p['pass_k']} at temperature 1. Evaluation: {p['eval_seconds_mean']:.0f} s per "
+        "policy (timed apart from training).", "",
+        f"Command: `{p['command']}`", "",
+        "![report](report.png)", "",
+        "## Held-out first-answer accuracy (percent; gains in points with paired 95% intervals)", "",
+        "| arm | before | after (mean over seeds) | gain, seed-level CI | gain, problem-level CI | valid before → after "
+        "| acc. among valid after | pass@k before → after | RL s/seed | s/step | DPO pairs | error-site rate | "
+        "gold-supervised |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}"  # noqa: E731
+    for name, arm in summary["arms"].items():
+        runs = arms[name]
+        gain = paired_gain(before_correct, [r.correct for r in runs])
+        step_time = arm["run_means"].get("step_time")
+        lines.append(
+            f"| {name} | {pct(arm['accuracy_before'])} | {pct(arm['accuracy_after'])} "
+            f"({', '.join(pct(x) for x in arm['accuracy_after_by_seed'])}) | {gain.by_seed.points()} | "
+            f"{gain.by_problem.points()} | {pct(b['valid_rate'])} → {pct(arm['valid_rate_after'])} | "
+            f"{pct(arm['accuracy_valid_after'])} | {pct(b.get('pass_at_k'))} → {pct(arm['pass_at_k_after'])} | "
+            f"{sum(arm['rl_seconds']) / len(arm['rl_seconds']):.0f} | "
+            f"{'-' if step_time is None else f'{step_time:.2f}'} | {sum(arm['pairs_stored']) / len(runs):.0f} | "
+            f"{pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
+    lines += ["", "`shuffled`: the baseline with episode rewards shuffled within each batch (control). `sft`: supervised "
+              "fine-tuning on gold debates of the training problems for the baseline run's wall-clock (control; "
+              "gold-supervised by construction).", ""]
+    if summary["controls"]:
+        lines += ["## Answer-only controls", "", "| control | accuracy |", "|---|---|"]
+        for name, control in summary["controls"].items():
+            detail = control.get("answer", control.get("which", ""))
+            lines.append(f"| {name} ({detail}) | {pct(control['accuracy'])} |")
+        lines.append("")
+    lines += ["## Per-role rewards during training (mean over steps and seeds)", "",
+              "| arm | solver | verifier | judge accuracy | episode reward |", "|---|---|---|---|---|"]
+    for name, arm in summary["arms"].items():
+        m = arm["run_means"]
+        lines.append(f"| {name} | {pct(m.get('debate/reward/solver'))} | {pct(m.get('debate/reward/verifier'))} | "
+                     f"{pct(m.get('debate/judge_accuracy'))} | {pct(m.get('debate/episode_reward'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ablation_plot(path: Path, arms: dict[str, list[Any]], before: dict[str, Any],
+                   controls: dict[str, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from trainer_client.ablation_stats import mean_interval
+
+    fig, (curve_ax, acc_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, runs in arms.items():
+        if name == "sft":
+            continue
+        steps = sorted({line["step"] for r in runs for line in r.curve if "debate/reward/solver" in line})
+        if not steps:
+            continue
+        means, lows, highs = [], [], []
+        for step in steps:
+            values = [line["debate/reward/solver"] for r in runs for line in r.curve
+                      if line["step"] == step and "debate/reward/solver" in line]
+            interval = mean_interval(values)
+            means.append(interval.mean)
+            lows.append(interval.low)
+            highs.append(interval.high)
+        curve_ax.plot(steps, means, label=name)
+        curve_ax.fill_between(steps, lows, highs, alpha=0.2)
+    curve_ax.set_xlabel("step")
+    curve_ax.set_ylabel("solver reward (first answer correct)")
+    curve_ax.set_title("training reward: mean and 95% interval over seeds")
+    curve_ax.grid(alpha=0.3)
+    curve_ax.legend(fontsize=8)
+
+    names = list(arms)
+    x = np.arange(len(names))
+    afters = [mean_interval([r.heldout["accuracy"] for r in arms[n]]) for n in names]
+    acc_ax.bar(x, [100 * a.mean for a in afters], color="tab:blue", alpha=0.8, label="after")
+    acc_ax.errorbar(x, [100 * a.mean for a in afters],
+                    yerr=[[100 * (a.mean - a.low) for a in afters], [100 * (a.high - a.mean) for a in afters]],
+                    fmt="none", ecolor="black", capsize=4)
+    acc_ax.axhline(100 * before["accuracy"], color="tab:red", linestyle="--", label="before (starting policy)")
+    for (name, control), style in zip(controls.items(), (":", "-."), strict=False):
+        acc_ax.axhline(100 * control["accuracy"], color="gray", linestyle=style, label=name)
+    acc_ax.set_xticks(x, names, rotation=20)
+    acc_ax.set_ylabel("held-out first-answer accuracy (%)")
+    acc_ax.set_title("held-out accuracy after training (95% interval over seeds)")
+    acc_ax.grid(alpha=0.3, axis="y")
+    acc_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,152 @@
+"""``mathdebate ablate``: the plan, the statistics, the controls and the report (no training here;
+the learning run itself is in tests/test_learning.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_role_mapping import make_record
+
+from trainer_client.ablate import Arm, RunResult, plan_arms, static_controls
+from trainer_client.ablation_stats import mean_interval, paired_gain
+from trainer_client.advantages import shuffle_episode_rewards
+
+
+def test_plan_is_every_preset_shaping_mode_then_the_shuffled_control():
+    arms = plan_arms(["baseline", "full"], ["identity", "coma_advantage"], ["debate"], shuffled_control=True)
+    assert [a.name for a in arms] == ["baseline", "baseline+coma_advantage", "full", "full+coma_advantage", "shuffled"]
+    assert arms[-1] == Arm("baseline", "identity", "debate", shuffle_rewards=True)
+    with pytest.raises(ValueError, match="unknown arms"):
+        plan_arms(["grpo"], ["identity"], ["debate"], shuffled_control=False)
+    with pytest.raises(ValueError, match="single"):
+        plan_arms(["baseline"], ["identity"], ["single"], shuffled_control=False)
+
+
+def test_mean_interval_is_the_student_t_interval_by_hand():
+    # mean 0.25, sample std 0.05, n = 3: half-width t_{0.975, 2} * 0.05 / sqrt(3) = 4.3027 * 0.028868 = 0.12421
+    interval = mean_interval([0.20, 0.25, 0.30])
+    assert interval.mean == pytest.approx(0.25)
+    assert interval.low == pytest.approx(0.25 - 0.12421, abs=1e-4)
+    assert interval.high == pytest.approx(0.25 + 0.12421, abs=1e-4)
+    assert mean_interval([0.4]).low == mean_interval([0.4]).high == 0.4
+    with pytest.raises(ValueError):
+        mean_interval([])
+
+
+def test_paired_gain_pairs_seeds_and_problems():
+    before = np.array([0, 0, 1, 1], dtype=bool)
+    after = np.array([[1, 0, 1, 1], [1, 1, 1, 1]], dtype=bool)  # seed gains 0.25 and 0.5
+    gain = paired_gain(before, after)
+    assert gain.by_seed.mean == pytest.approx(0.375)
+    assert gain.by_seed.low < 0.375 < gain.by_seed.high
+    # per-problem differences, seeds averaged: [1, 0.5, 0, 0] -> mean 0.375
+    assert gain.by_problem.mean == pytest.approx(0.375)
+    with pytest.raises(ValueError):
+        paired_gain(before, after[:, :3])
+
+
+def test_static_controls_grade_constants_and_copied_numbers():
+    golds = ["7", "7", "12", "3"]
+    problems = ["Compute $3 + 4$.", "Compute $7 + 0$.", "Compute $5 + 7$.", "Compute $3 + 0$."]
+    controls = static_controls(golds, problems)
+    assert controls["best constant"] == {"accuracy": 0.5, "answer": "7"}
+    # first number: 3, 7, 5, 3 -> right on problems 2 and 4; last number: 4, 0, 7, 0 -> none
+    assert controls["copy from prompt"] == {"accuracy": 0.5, "which": "first number"}
+
+
+def test_shuffled_rewards_permute_g_across_the_batch_and_keep_its_distribution():
+    records = [make_record([i % 3 == 0], [True], i % 3 == 0, f"e{i}") for i in range(12)]
+    shuffled = shuffle_episode_rewards(records, seed=5)
+    assert [r.episode_id for r in shuffled] == [r.episode_id for r in records]
+    assert sorted(r.episode_reward for r in shuffled) == sorted(r.episode_reward for r in records)
+    assert [r.episode_reward for r in shuffled] != [r.episode_reward for r in records]
+    assert [r.episode_reward for r in shuffle_episode_rewards(records, seed=5)] == [r.episode_reward for r in shuffled]
+    assert [r.turns for r in shuffled] == [r.turns for r in records]  # per-turn rewards stay as graded
+
+
+def test_report_files_and_summary_fields(tmp_path):
+    from trainer_client.heldout import HeldoutReport
+    from trainer_client.reporting import write_ablation_report
+
+    n = 20
+    before_correct = [i < 4 for i in range(n)]
+    before = HeldoutReport(n=n, accuracy=0.2, valid_rate=0.9, accuracy_valid=0.22, k=8, temperature=1.0,
+                           pass_at_k=0.6, sample_accuracy=0.15, sample_valid_rate=0.8, seconds=3.0, records=[])
+
+    def run(arm, seed, correct_n):
+        curve = [{"step": s, "debate/reward/solver": 0.2 + 0.05 * s + 0.01 * seed, "step_time": 1.0} for s in (1, 2, 3)]
+        heldout = {"accuracy": correct_n / n, "valid_rate": 1.0, "accuracy_valid": correct_n / n, "pass_at_k": 0.9}
+        return RunResult(arm, seed, 100.0, 3, False, curve, {"step_time": 1.0}, 0.0, heldout,
+                         [i < correct_n for i in range(n)])
+
+    results = [run("baseline", 0, 10), run("baseline", 1, 12), run("shuffled", 0, 4), run("shuffled", 1, 5)]
+    protocol = {"model": "tiny-learning", "problems": "gen:single_digit_sum", "heldout_problems": n,
+                "heldout_seeds": [10**9, 10**9 + n - 1], "seeds": 2, "max_steps": 3, "pass_k": 8,
+                "eval_seconds_mean": 3.0, "command": "mathdebate ablate"}
+    write_ablation_report(tmp_path, protocol, before, before_correct, results,
+                          {"best constant": {"accuracy": 0.05, "answer": "9"}})
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["arms"]["baseline"]["accuracy_before"] == pytest.approx(0.2)
+    assert summary["arms"]["baseline"]["accuracy_after"] == pytest.approx(0.55)
+    assert summary["arms"]["baseline"]["seeds"] == [0, 1]
+    assert summary["arms"]["shuffled"]["accuracy_after"] == pytest.approx(0.225)
+    report = (tmp_path / "report.md").read_text()
+    assert "| baseline | 20.0 | 55.0 (50.0, 60.0) |" in report and "best constant (9) | 5.0 |" in report
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_sft_control_trains_on_gold_debates_for_its_time_budget(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer_client.sft import gold_debate_family, supervised_fine_tune
+
+    assert gold_debate_family("gen:single_digit_sum") == "single_digit_sum"
+    assert gold_debate_family(None) is None and gold_debate_family("gen:a,b") is None
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    before = [p.detach().clone() for p in model.parameters()]
+    steps = supervised_fine_tune(model, tokenizer, "gen:single_digit_sum", 0, 8, seconds=1.0, batch_size=2)
+    assert steps >= 1
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    with pytest.raises(ValueError, match="gen:<family>"):
+        supervised_fine_tune(model, tokenizer, None, 0, 8, seconds=1.0)
+
+
+@pytest.mark.timeout(600)
+def test_ablate_command_end_to_end_with_controls(tiny_model_dir, tmp_path):
+    """The real command: its own server on a real socket, a real training run per arm and seed,
+    the SFT control, held-out evaluation before and after, the report files."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "ablate"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer_client.cli", "ablate", "--arms", "baseline", "--seeds", "1", "--max-steps", "1",
+         "--model", tiny_model_dir, "--problems", "gen:single_digit_sum", "--heldout", "6", "--pass-k", "2",
+         "--output-dir", str(out), "-o", "per_device_train_batch_size=4", "-o", "num_generations=2",
+         "-o", "max_completion_length=160", "-o", "dataset_size=16"],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=560)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["arms"]) == {"baseline", "shuffled", "sft"}
+    for name, arm in summary["arms"].items():
+        assert arm["seeds"] == [0] and 0.0 <= arm["accuracy_after"] <= 1.0, name
+        assert arm["accuracy_before"] == summary["before"]["accuracy"]
+    assert summary["arms"]["sft"]["gold_supervised"] and not summary["arms"]["baseline"]["gold_supervised"]
+    assert set(summary["controls"]) == {"best constant", "copy from prompt"}
+    assert (out / "runs" / "shuffled" / "seed0" / "metrics.jsonl").read_text().strip()
+    assert "| baseline |" in (out / "report.md").read_text() and (out / "report.png").exists()
+    assert "held-out accuracy" in done.stdout
+
+
+def test_ablate_rejects_a_bad_plan_in_one_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "ablate", "--modes", "single"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "single" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,388 @@
+"""``mathdebate ablate``: loss-channel arms × seeds, held-out accuracy before and after, controls.
+
+For every arm (a preset ``baseline|sdpo|replay|full`` × a shaping strategy × a mode) and seed,
+train with :func:`trainer_client.cli.run_training` against one env server (started here unless
+``--env-url`` is given), then evaluate the trained policy on held-out problems with the one
+evaluation path, :func:`trainer_client.heldout.evaluate_first_answers` (the tool-call format the
+policy was trained in; greedy first answer, pass@k at temperature 1). The starting policy is
+evaluated once, on the same problems, so every gain is paired.
+
+Controls, in the same report:
+
+- ``best constant``: the best single answer for every held-out problem;
+- ``copy from prompt``: answering with a number copied from the problem (first or last: the
+  better of the two);
+- ``shuffled``: the baseline arm with episode rewards shuffled within each batch
+  (``shuffle_rewards``), for the same steps and seeds;
+- ``sft``: supervised fine-tuning of the starting policy on gold debates of the RL training
+  problems, for the same wall-clock as the seed's baseline RL run.
+
+Outputs in ``--output-dir``: ``report.md``, ``report.png``, ``summary.json`` (per arm
+``accuracy_before``, ``accuracy_after`` (means over seeds), ``seeds`` and more) and
+``runs/<arm>/seed<k>/`` (each run's ``metrics.jsonl``, ``config.yaml``, ``heldout.json``).
+Arms whose replay teachers are oracles are labelled gold-supervised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Arm", "add_ablate_command", "plan_arms", "run_ablation"]
+
+log = logging.getLogger(__name__)
+
+PRESET_NAMES = ("baseline", "sdpo", "replay", "full")
+#: The learning experiment's problem family for the offline tiny model (see ``tiny_model.learning_spec``).
+TINY_FAMILY = "gen:single_digit_sum"
+#: Distinct gold debates the SFT control builds from the RL training problems (the first ones).
+SFT_CONTROL_DEBATES = 512
+#: Metrics averaged over a run's steps for the report.
+RUN_METRICS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward",
+               "debate/error_site_rate", "step_time")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One trained configuration.
+
+    Attributes:
+        preset: loss channels (``baseline``: GRPO only; ``sdpo``, ``replay``, ``full``).
+        shaping: reward-shaping strategy name.
+        mode: ``debate`` (the only mode the server has today).
+        shuffle_rewards: the shuffled-reward control.
+    """
+
+    preset: str
+    shaping: str = "identity"
+    mode: str = "debate"
+    shuffle_rewards: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = ["shuffled" if self.shuffle_rewards else self.preset]
+        if self.shaping != "identity":
+            parts.append(self.shaping)
+        if self.mode != "debate":
+            parts.append(self.mode)
+        return "+".join(parts)
+
+
+def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[str], shuffled_control: bool) -> list[Arm]:
+    """Every preset × shaping × mode, then the shuffled-reward control (baseline, identity, first mode).
+
+    Raises:
+        ValueError: an unknown preset or mode (``single`` mode is not served yet).
+    """
+    unknown = [p for p in presets if p not in PRESET_NAMES]
+    if unknown:
+        raise ValueError(f"unknown arms {unknown}; choose from {', '.join(PRESET_NAMES)}")
+    if any(m != "debate" for m in modes):
+        raise ValueError("only --modes debate is available: the env server has no single-agent mode yet")
+    arms = [Arm(p, s, m) for p in presets for s in shapings for m in modes]
+    if shuffled_control:
+        arms.append(Arm("baseline", "identity", modes[0], shuffle_rewards=True))
+    return arms
+
+
+@dataclass
+class RunResult:
+    """One (arm, seed) run: its training figures and its held-out result."""
+
+    arm: str
+    seed: int
+    rl_seconds: float
+    steps: int
+    gold_supervised: bool
+    curve: list[dict[str, float]]
+    means: dict[str, float]
+    pairs_stored: float
+    heldout: dict[str, Any]
+    correct: list[bool] = field(repr=False, default_factory=list)
+
+
+# --------------------------------------------------------------------------- controls without training
+
+
+def _numbers(text: str) -> list[str]:
+    return re.findall(r"-?\d+(?:\.\d+)?", text)
+
+
+def static_controls(golds: Sequence[str], problems: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The answer-only controls on the held-out problems.
+
+    Args:
+        golds: each problem's reference answer.
+        problems: each problem's text.
+
+    Returns:
+        ``{"best constant": {"accuracy", "answer"}, "copy from prompt": {"accuracy", "which"}}``;
+        correctness through the server's grader.
+    """
+    from collections import Counter
+
+    from trainer_client.heldout import grade_answer_text
+
+    candidates = [a for a, _ in Counter(golds).most_common(5)]
+    best = max(((sum(grade_answer_text(g, c) for g in golds) / len(golds), c) for c in candidates),
+               key=lambda x: x[0])
+    copies = {}
+    for which, pick in (("first", 0), ("last", -1)):
+        hits = [bool(nums) and grade_answer_text(g, nums[pick]) for g, nums in
+                zip(golds, (_numbers(p) for p in problems), strict=True)]
+        copies[which] = sum(hits) / len(golds)
+    which = max(copies, key=lambda k: copies[k])
+    return {"best constant": {"accuracy": best[0], "answer": best[1]},
+            "copy from prompt": {"accuracy": copies[which], "which": f"{which} number"}}
+
+
+# --------------------------------------------------------------------------- running
+
+
+@contextmanager
+def _server(env_url: str | None, problems: str | None) -> Iterator[str]:
+    if env_url:
+        yield env_url
+        return
+    from env_server import cli as server_cli
+
+    serve_args = ["--grading-workers", "1", *(["--problems", problems] if problems else [])]
+    with server_cli.running_server(serve_args) as url:
+        yield url
+
+
+def _step_bar_callback(bar: Any) -> Any:
+    from transformers import TrainerCallback
+
+    class StepBar(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            bar.update(1)
+
+    return StepBar()
+
+
+def _load(path: str | Path) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def _run_means(curve: list[dict[str, float]]) -> dict[str, float]:
+    out = {}
+    for key in RUN_METRICS:
+        values = [line[key] for line in curve if key in line]
+        if values:
+            out[key] = sum(values) / len(values)
+    return out
+
+
+def run_ablation(args: argparse.Namespace) -> Path:
+    """Run the plan in ``args`` (see :func:`add_ablate_command`) and write the report.
+
+    Returns:
+        The output directory.
+
+    Raises:
+        ValueError: a bad plan (arms, modes) or config.
+        ConnectionError: the env server does not answer.
+    """
+    from tqdm.auto import tqdm
+
+    from env_server.problems import load_problem_source
+    from trainer_client.cli import run_training, tiny_model_path
+    from trainer_client.config import TINY_MODELS, load_config
+    from trainer_client.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.reporting import write_ablation_report
+    from trainer_client.sft import gold_debate_family
+
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    arms = plan_arms(args.arms, args.shaping, args.modes, shuffled_control=not args.no_controls)
+    model_name = "tiny-learning" if args.model == "tiny" else args.model
+    base = load_config(args.config, None, {"model": model_name} if model_name else {})
+    problems = args.problems or base.problems or (TINY_FAMILY if base.model in TINY_MODELS else None)
+    model_path = tiny_model_path(base.model, out) if base.model in TINY_MODELS else base.model
+    source = load_problem_source(problems)
+    seeds_heldout = heldout_seeds(args.heldout)
+    eval_kwargs = {"k": args.pass_k, "temperature": 1.0, "max_rounds": base.max_rounds or 1}
+
+    t0 = time.perf_counter()
+    model, tokenizer = _load(model_path)
+    before = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
+    before_correct = [r.correct for r in before.records]
+    eval_seconds = [before.seconds]
+    golds = [r.gold for r in before.records]
+    controls: dict[str, Any] = {} if args.no_controls else static_controls(golds, [r.problem for r in before.records])
+    log.info("starting policy: held-out accuracy %.3f on %d problems (%.0f s)", before.accuracy, before.n,
+             time.perf_counter() - t0)
+
+    results: list[RunResult] = []
+    sft_control = not args.no_controls and gold_debate_family(problems) is not None
+    if not args.no_controls and not sft_control:
+        log.warning("no SFT control: it builds gold debates from a one-family generator source (gen:<family>), "
+                    "and the problems are %s", problems)
+    total_runs = len(arms) * args.seeds + (args.seeds if sft_control else 0)
+    runs_bar = tqdm(total=total_runs, desc="runs (arm × seed)", position=0)
+    steps_bar = tqdm(total=0, desc="steps", position=1, leave=False)
+    with _server(args.env_url, problems) as url:
+        for seed in range(args.seeds):
+            for arm in arms:
+                runs_bar.set_postfix_str(f"{arm.name} seed {seed}")
+                run_dir = out / "runs" / arm.name / f"seed{seed}"
+                overrides: dict[str, Any] = {
+                    "model": str(model_path), "env_url": url, "output_dir": str(run_dir), "seed": seed,
+                    "max_steps": args.max_steps, "reward_shaping.strategy": arm.shaping,
+                    "shuffle_rewards": arm.shuffle_rewards, "problems": problems,
+                }
+                if base.max_rounds is None:
+                    overrides["max_rounds"] = 1
+                if base.model in TINY_MODELS:
+                    overrides.update(TINY_ABLATION_SETTINGS)
+                overrides.update(args.overrides)
+                config = load_config(args.config, arm.preset, overrides)
+                steps_bar.reset(total=config.max_steps)
+                start = time.perf_counter()
+                run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
+                rl_seconds = time.perf_counter() - start
+                results.append(_evaluate_run(arm.name, seed, run_dir, rl_seconds, config.gold_supervised, source,
+                                             seeds_heldout, eval_kwargs, eval_seconds))
+                runs_bar.update(1)
+            if sft_control:
+                runs_bar.set_postfix_str(f"sft seed {seed}")
+                baseline_seconds = next((r.rl_seconds for r in results if r.arm == "baseline" and r.seed == seed),
+                                        None) or next(r.rl_seconds for r in results if r.seed == seed)
+                results.append(_sft_control(model_path, problems, seed, baseline_seconds, out, source, seeds_heldout,
+                                            eval_kwargs, eval_seconds, base.dataset_size))
+                runs_bar.update(1)
+    runs_bar.close()
+    steps_bar.close()
+
+    protocol = {
+        "model": str(base.model), "model_path": str(model_path), "problems": problems or "built-in generator",
+        "heldout_problems": len(seeds_heldout), "heldout_seeds": [seeds_heldout[0], seeds_heldout[-1]],
+        "seeds": args.seeds, "max_steps": args.max_steps, "pass_k": args.pass_k,
+        "eval_seconds_mean": sum(eval_seconds) / len(eval_seconds),
+        "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
+        "command": " ".join(sys.argv),
+    }
+    write_ablation_report(out, protocol, before, before_correct, results, controls)
+    return out
+
+
+#: Training settings of the tiny-model ablation (the learning experiment's protocol; CLI ``-o``
+#: overrides win). Fixed before any RL run was seen; see the README's "Does it learn?".
+TINY_ABLATION_SETTINGS: dict[str, Any] = {
+    "per_device_train_batch_size": 16,
+    "num_generations": 8,
+    "max_completion_length": 256,
+    "learning_rate": 1e-3,
+    "logging_steps": 1,
+    "dataset_size": 4096,
+}
+
+
+def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
+                  seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
+    from trainer_client.heldout import evaluate_first_answers
+
+    model, tokenizer = _load(run_dir / "final")
+    report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
+    eval_seconds.append(report.seconds)
+    (run_dir / "heldout.json").write_text(json.dumps(report.summary(), indent=2))
+    metrics = run_dir / "metrics.jsonl"
+    curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+    pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
+    return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, report.summary(),
+                     [r.correct for r in report.records])
+
+
+def _sft_control(model_path: str | Path, problems: str | None, seed: int, seconds: float, out: Path, source: Any,
+                 seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float],
+                 dataset_size: int) -> RunResult:
+    """Supervised fine-tuning on gold debates of the RL training problems for ``seconds``."""
+    from trainer_client.sft import supervised_fine_tune
+
+    run_dir = out / "runs" / "sft" / f"seed{seed}"
+    model, tokenizer = _load(model_path)
+    start = time.perf_counter()
+    steps = supervised_fine_tune(model, tokenizer, problems, seed, min(dataset_size, SFT_CONTROL_DEBATES),
+                                 seconds=seconds, seed=seed)
+    elapsed = time.perf_counter() - start
+    model.save_pretrained(run_dir / "final")
+    tokenizer.save_pretrained(run_dir / "final")
+    result = _evaluate_run("sft", seed, run_dir, elapsed, True, source, seeds_heldout, eval_kwargs, eval_seconds)
+    result.steps = steps
+    return result
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bad override {pair!r}: expected key=value (e.g. learning_rate=1e-3)")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """``mathdebate ablate``: validate the plan, run it, print where the report is."""
+    from pydantic import ValidationError
+
+    from trainer_client.config import config_error_line
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.overrides = _overrides(args.override)
+    try:
+        plan_arms(args.arms, args.shaping, args.modes, shuffled_control=not args.no_controls)
+    except ValueError as exc:
+        print(f"mathdebate ablate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        out = run_ablation(args)
+    except (ValidationError, ValueError, FileNotFoundError) as exc:
+        print(f"mathdebate ablate: invalid configuration: {config_error_line(exc)}", file=sys.stderr)
+        return 2
+    summary = json.loads((out / "summary.json").read_text())
+    for name, arm in summary["arms"].items():
+        print(f"{name:>24}: held-out accuracy {arm['accuracy_before']:.3f} -> {arm['accuracy_after']:.3f} "
+              f"({len(arm['seeds'])} seeds)")
+    print(f"report: {out / 'report.md'}\nplot: {out / 'report.png'}\nsummary: {out / 'summary.json'}")
+    return 0
+
+
+def add_ablate_command(sub: Any) -> None:
+    """Register ``ablate`` on the ``mathdebate`` parser."""
+    ablate = sub.add_parser("ablate", help="train every arm × seed, evaluate held-out accuracy, write a report")
+    ablate.add_argument("--arms", nargs="+", default=["baseline"], choices=PRESET_NAMES)
+    ablate.add_argument("--shaping", nargs="+", default=["identity"], help="reward-shaping strategies (one arm each)")
+    ablate.add_argument("--modes", nargs="+", default=["debate"], help="episode modes (only 'debate' today)")
+    ablate.add_argument("--seeds", type=int, default=3)
+    ablate.add_argument("--max-steps", type=int, default=60)
+    ablate.add_argument("--model", default="tiny", help="'tiny' (the learning experiment's tiny model) or a model id/path")
+    ablate.add_argument("--config", default=None, help="YAML training config (e.g. configs/gpu_qwen.yaml)")
+    ablate.add_argument("--env-url", default=None, help="an env server; default: start one here")
+    ablate.add_argument("--problems", default=None,
+                        help=f"problem source (default: the config's, or {TINY_FAMILY} for the tiny model)")
+    ablate.add_argument("--heldout", type=int, default=500, help="held-out problems (seeds >= 10^9)")
+    ablate.add_argument("--pass-k", type=int, default=8, help="samples per held-out problem for pass@k (0: none)")
+    ablate.add_argument("--no-controls", action="store_true", help="skip the controls (shuffled rewards, SFT, ...)")
+    ablate.add_argument("--output-dir", default="outputs/ablate")
+    ablate.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="any training config field, dotted, for every arm")
+    ablate.set_defaults(func=cmd_ablate)
+
