@@ -44,6 +44,13 @@ def test_plain_grpo_trainer_trains_through_environment_factory(server_url, tiny_
     # the model called the debate tools, and some calls went through
     assert sum(e["tools/call_frequency"] * (1 - e["tools/failure_frequency"]) for e in logs) > 0
     assert all(env.trace.record is not None for env in trainer.environments)  # every episode was graded
+    # The warm-up and held-out prompts list the tools in the order TRL renders them (its private
+    # _env_tools, trl 1.16): a model warmed up on another order meets an unseen prompt in training.
+    from trainer_client.tiny_model import tool_callables
+
+    (env_tools,) = trainer._env_tools.values()
+    trl_order = [tool.__name__ for tool in env_tools]
+    assert [tool.__name__ for tool in tool_callables()] == trl_order
 
 
 def train(server_url: str, tiny_model_dir: str, out: Path, preset: str, steps: int = 2, **overrides):

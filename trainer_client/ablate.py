@@ -281,10 +281,10 @@ def run_ablation(args: argparse.Namespace) -> Path:
 #: Training settings of the tiny-model ablation (the learning experiment's protocol; CLI ``-o``
 #: overrides win). Fixed before any RL run was seen; see the README's "Does it learn?".
 TINY_ABLATION_SETTINGS: dict[str, Any] = {
-    "per_device_train_batch_size": 16,
+    "per_device_train_batch_size": 32,  # 4 problems x 8 rollouts per step
     "num_generations": 8,
     "max_completion_length": 256,
-    "learning_rate": 1e-3,
+    "learning_rate": 1e-4,  # 1e-3 broke the tool-call format within 4 steps
     "logging_steps": 1,
     "dataset_size": 4096,
 }

@@ -289,7 +289,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
         config = demo_config(args.output_dir, url, args.train_steps)
         output_dir = run_training(config)
     _print_training_summary(output_dir)
+    _print_heldout(config, output_dir, args.heldout)
     return 0
+
+
+def _print_heldout(config, output_dir: Path, n: int) -> None:
+    """Held-out first-answer accuracy of the starting and the trained policy on ``n`` problems
+    (seeds >= 10^9, greedy), through the one evaluation path (:mod:`trainer_client.heldout`)."""
+    if n <= 0:
+        return
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from env_server.problems import load_problem_source
+    from trainer_client.heldout import evaluate_first_answers, heldout_seeds
+
+    source, seeds = load_problem_source(config.problems), heldout_seeds(n)
+    start = tiny_model_path(config.model, output_dir.parent) if config.model in TINY_MODELS else config.model
+    reports = {}
+    for name, path in (("before", start), ("after", output_dir / "final")):
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        reports[name] = evaluate_first_answers(model, tokenizer, source, seeds, max_rounds=config.max_rounds or 1)
+    b, a = reports["before"], reports["after"]
+    print(f"held-out first-answer accuracy on {n} problems (greedy): before {100 * b.accuracy:.1f}% -> after "
+          f"{100 * a.accuracy:.1f}%; valid submit_solution calls {100 * b.valid_rate:.0f}% -> {100 * a.valid_rate:.0f}%")
 
 
 def _print_training_summary(output_dir: Path) -> None:
@@ -322,6 +344,8 @@ def add_commands(sub: Any) -> None:
     server_cli.add_play_args(demo)
     demo.add_argument("--train-steps", type=int, default=6)
     demo.add_argument("--output-dir", default="outputs/demo")
+    demo.add_argument("--heldout", type=int, default=50,
+                      help="held-out problems evaluated before and after training (0: skip)")
     demo.set_defaults(func=cmd_demo)
 
 

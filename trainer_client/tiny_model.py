@@ -46,7 +46,7 @@ class TinyModelSpec(dict):
 def default_spec(seed: int = 0) -> TinyModelSpec:
     return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
                          intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
-                         learning_rate=4e-3, version=5)
+                         learning_rate=4e-3, version=6)
 
 
 #: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
@@ -57,30 +57,36 @@ LEARNING_WARMUP_SEED_BASE = 10**8
 
 
 def learning_spec(seed: int = 0) -> TinyModelSpec:
-    """The tiny model for the learning experiment: same architecture and format warm-up as
-    :func:`default_spec`, on the easy ``single_digit_sum`` family, where the scripted solver
-    is right with probability ``answer_accuracy`` (else a wrong answer drawn from
-    ``wrong_answers``, the family's answer range), so the warm-up also teaches some arithmetic.
+    """The tiny model for the learning experiment (``mathdebate ablate --model tiny``): the
+    default size, warmed up on gold debates of the easy ``single_digit_sum`` family (worked
+    solutions ``$a + b = s$. So the answer is $\\boxed{s}$.``), with a phrase-token tokenizer
+    (``phrase_tokens``: the ~540-token solver prompt becomes ~70 tokens; with the word-level
+    tokenizer the model never learned to read the problem: greedy accuracy stayed at chance).
 
-    Stop rule: exactly ``sft_steps`` optimizer steps (linear decay to 0), fixed in advance.
-
-    Measured (``scripts/learning_probe.py``, 2 shared CPU cores): this recipe teaches the format
-    (greedy turns 100% valid ``submit_solution`` calls) but not the arithmetic: greedy held-out
-    accuracy 4% on 500 problems (chance 1/19), every answer the same. Neither more steps (300,
-    right answers half the time) nor restating the problem (``restate``, 150, 300 and 450 of 600 steps: 4%, 8%, 5% on 100) lifted
-    it clearly above chance; the model does not yet read the problem. Not yet a usable start
-    for the RL experiment."""
+    Stop rule, fixed before any RL run: 300 optimizer steps of a linear decay planned over 600
+    (``sft_schedule_steps``), i.e. stopped halfway. Measured on the warm-up curve of the same
+    recipe (200 held-out problems, greedy): 13% at step 200, 25-32% at 300, 50% at 400, 81% at 600;
+    so step 300 leaves a policy that is right about a third of the time, with pass@8 near 75%."""
     return TinyModelSpec(default_spec(seed), family="single_digit_sum", answer_accuracy=1.0, wrong_answers=[0, 18],
-                         worked=True, warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, sft_steps=200)
+                         worked=True, warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, phrase_tokens=True,
+                         vocab_size=2048, sft_steps=300, sft_schedule_steps=600)
 
 
 def tool_callables() -> list[Any]:
-    """The adapter's tools as TRL passes them to ``apply_chat_template`` (bound methods),
-    without connecting to a server."""
+    """The adapter's tools as TRL passes them to ``apply_chat_template``: bound methods, in TRL's
+    order (trl 1.16 ``GRPOTrainer.__init__`` lists an environment's public methods with
+    ``inspect.getmembers(type(instance), inspect.isfunction)`` minus ``reset`` and ``get_reward``,
+    i.e. sorted by name:
+    ``submit_final_answer``, ``submit_solution``, ``submit_verdict``), without connecting to a
+    server. The order matters: it is the order of the schemas in the prompt, and a model warmed
+    up on another order sees an unfamiliar prompt in training."""
+    import inspect
+
     from trainer_client.env import DebateEnvironment
 
     instance = object.__new__(DebateEnvironment)
-    return [instance.submit_solution, instance.submit_verdict, instance.submit_final_answer]
+    return [getattr(instance, name) for name, _ in inspect.getmembers(DebateEnvironment, predicate=inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]
 
 
 def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
@@ -166,12 +172,21 @@ def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int
     return value
 
 
-def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str):
+def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phrase_tokens: bool = False):
+    """A byte-level BPE tokenizer. ``phrase_tokens``: no split on spaces or punctuation (only each
+    digit stands alone), so BPE merges the prompt's fixed phrases (instructions, tool schemas) into
+    long tokens: the solver's prompt shrinks from ~540 to ~85 tokens, and a 2-layer model's attention
+    finds the problem among far fewer positions (and runs ~6x faster)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if phrase_tokens:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -242,7 +257,7 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     """
     import torch
     import trl
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     spec = spec or default_spec()
     out_dir = Path(out_dir)
@@ -260,17 +275,23 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     tools = tool_callables()
     # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
     bootstrap = _train_tokenizer(SPECIAL_TOKENS, 300, chat_template)
-    corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False) for c in conversations[:60]]
-    tokenizer = _train_tokenizer(corpus, spec["vocab_size"], chat_template)
+    phrase_tokens = bool(spec.get("phrase_tokens", False))
+    corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False)
+              for c in conversations[:200 if phrase_tokens else 60]]
+    tokenizer = _train_tokenizer(corpus, spec["vocab_size"], chat_template, phrase_tokens=phrase_tokens)
 
-    config = Qwen2Config(
+    # A phrase-token tokenizer needs an architecture whose AutoTokenizer mapping loads tokenizer.json
+    # as saved: transformers 5 rebuilds a qwen2 model's tokenizer as Qwen2Tokenizer, with Qwen's
+    # word-splitting pre-tokenizer, which these merges were not learned for. Llama (Qwen2 without
+    # the q/k/v biases) loads it as saved.
+    sizes = dict(
         vocab_size=len(tokenizer), hidden_size=spec["hidden_size"], num_hidden_layers=spec["layers"],
         num_attention_heads=spec["heads"], num_key_value_heads=spec["kv_heads"],
         intermediate_size=spec["intermediate_size"], max_position_embeddings=spec["max_positions"],
         bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
-    model = Qwen2ForCausalLM(config)
+    model = LlamaForCausalLM(LlamaConfig(**sizes)) if phrase_tokens else Qwen2ForCausalLM(Qwen2Config(**sizes))
     examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations]
     _warm_up(model, examples, tokenizer.pad_token_id, spec, progress,
              None if monitor is None else lambda step: monitor(step, model, tokenizer))
@@ -291,7 +312,8 @@ def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, sp
 
     rng = random.Random(spec["seed"])
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["learning_rate"], weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / spec["sft_steps"])
+    horizon = spec.get("sft_schedule_steps", spec["sft_steps"])  # the linear decay's length (>= sft_steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / horizon)
     model.train()
     for step in range(spec["sft_steps"]):
         loss = _supervised_step(model, optimizer, rng.sample(examples, spec["batch_size"]), pad_id)
