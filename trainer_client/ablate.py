@@ -327,26 +327,15 @@ def _sft_control(model_path: str | Path, problems: str | None, seed: int, second
 # --------------------------------------------------------------------------- command line
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    import yaml
-
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"bad override {pair!r}: expected key=value (e.g. learning_rate=1e-3)")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
 def cmd_ablate(args: argparse.Namespace) -> int:
     """``mathdebate ablate``: validate the plan, run it, print where the report is."""
     from pydantic import ValidationError
 
+    from trainer_client.cli import parse_overrides
     from trainer_client.config import config_error_line
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.overrides = _overrides(args.override)
+    args.overrides = parse_overrides(args.override)
     try:
         plan_arms(args.arms, args.shaping, args.modes, shuffled_control=not args.no_controls)
     except ValueError as exc:

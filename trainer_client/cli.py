@@ -27,12 +27,17 @@ import yaml
 from env_server import cli as server_cli
 from trainer_client.config import TINY_MODELS
 
-__all__ = ["demo_config", "main", "run_training"]
+__all__ = ["demo_config", "main", "parse_overrides", "run_training", "tiny_model_path"]
 
 log = logging.getLogger(__name__)
 
 
-def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``-o key=value`` pairs as ``{dotted key: YAML value}``.
+
+    Raises:
+        SystemExit: a pair without ``=`` or with an empty key (the message says what is expected).
+    """
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -218,7 +223,7 @@ def _train_config(args: argparse.Namespace):
     flags = {"env_url": args.env_url, "max_steps": args.max_steps, "output_dir": args.output_dir, "model": args.model,
              "advantage_estimator": args.advantage_estimator}
     overrides = {k: v for k, v in flags.items() if v is not None}
-    overrides.update(_overrides(args.override))
+    overrides.update(parse_overrides(args.override))
     return load_config(args.config, args.preset, overrides)
 
 
