@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_role_mapping import make_record
 
-from trainer_client.ablate import Arm, RunResult, plan_arms, static_controls
+from trainer_client.ablate import Arm, RunResult, ablation_model, plan_arms, static_controls
 from trainer_client.ablation_stats import mean_interval, paired_gain
 from trainer_client.advantages import shuffle_episode_rewards
 
@@ -22,6 +22,12 @@ def test_plan_is_every_preset_shaping_mode_then_the_shuffled_control():
         plan_arms(["grpo"], ["identity"], ["debate"], shuffled_control=False)
     with pytest.raises(ValueError, match="single"):
         plan_arms(["baseline"], ["identity"], ["single"], shuffled_control=False)
+
+
+def test_model_choice_keeps_a_configs_model():
+    assert ablation_model(None, None) == ablation_model("tiny", "configs/gpu_qwen.yaml") == "tiny-learning"
+    assert ablation_model(None, "configs/gpu_qwen.yaml") is None  # the config's model
+    assert ablation_model("Qwen/Qwen3-0.6B", None) == "Qwen/Qwen3-0.6B"
 
 
 def test_mean_interval_is_the_student_t_interval_by_hand():

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Arm", "add_ablate_command", "plan_arms", "run_ablation"]
+__all__ = ["Arm", "ablation_model", "add_ablate_command", "plan_arms", "run_ablation"]
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,15 @@ def _run_means(curve: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def ablation_model(model: str | None, config: str | None) -> str | None:
+    """The ``model`` override of an ablation: ``--model`` wins (``tiny`` means ``tiny-learning``,
+    the learning experiment's tiny model); without it, ``None`` (the config's model) when a config
+    is given, else ``tiny-learning``."""
+    if model == "tiny" or (model is None and config is None):
+        return "tiny-learning"
+    return model
+
+
 def run_ablation(args: argparse.Namespace) -> Path:
     """Run the plan in ``args`` (see :func:`add_ablate_command`) and write the report.
 
@@ -207,7 +216,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     arms = plan_arms(args.arms, args.shaping, args.modes, shuffled_control=not args.no_controls)
-    model_name = "tiny-learning" if args.model == "tiny" else args.model
+    model_name = ablation_model(args.model, args.config)
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
     problems = args.problems or base.problems or (TINY_FAMILY if base.model in TINY_MODELS else None)
     model_path = tiny_model_path(base.model, out) if base.model in TINY_MODELS else base.model
@@ -362,7 +371,8 @@ def add_ablate_command(sub: Any) -> None:
     ablate.add_argument("--modes", nargs="+", default=["debate"], help="episode modes (only 'debate' today)")
     ablate.add_argument("--seeds", type=int, default=3)
     ablate.add_argument("--max-steps", type=int, default=60)
-    ablate.add_argument("--model", default="tiny", help="'tiny' (the learning experiment's tiny model) or a model id/path")
+    ablate.add_argument("--model", default=None,
+                        help="'tiny' (the learning experiment's tiny model; the default without --config) or a model id/path")
     ablate.add_argument("--config", default=None, help="YAML training config (e.g. configs/gpu_qwen.yaml)")
     ablate.add_argument("--env-url", default=None, help="an env server; default: start one here")
     ablate.add_argument("--problems", default=None,
