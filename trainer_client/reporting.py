@@ -133,6 +133,11 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], before: Any, befo
     (out / "report.md").write_text(_ablation_markdown(summary, arms, before_correct))
 
 
+def _pct(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal, ``-`` when unknown."""
+    return "-" if fraction is None else f"{100 * fraction:.1f}"
+
+
 def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], before_correct: list[bool]) -> str:
     from trainer_client.ablation_stats import paired_gain
 
@@ -151,19 +156,18 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], befo
         "gold-supervised |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    pct = lambda x: "-" if x is None else f"{100 * x:.1f}"  # noqa: E731
     for name, arm in summary["arms"].items():
         runs = arms[name]
         gain = paired_gain(before_correct, [r.correct for r in runs])
         step_time = arm["run_means"].get("step_time")
         lines.append(
-            f"| {name} | {pct(arm['accuracy_before'])} | {pct(arm['accuracy_after'])} "
-            f"({', '.join(pct(x) for x in arm['accuracy_after_by_seed'])}) | {gain.by_seed.points()} | "
-            f"{gain.by_problem.points()} | {pct(b['valid_rate'])} → {pct(arm['valid_rate_after'])} | "
-            f"{pct(arm['accuracy_valid_after'])} | {pct(b.get('pass_at_k'))} → {pct(arm['pass_at_k_after'])} | "
+            f"| {name} | {_pct(arm['accuracy_before'])} | {_pct(arm['accuracy_after'])} "
+            f"({', '.join(_pct(x) for x in arm['accuracy_after_by_seed'])}) | {gain.by_seed.points()} | "
+            f"{gain.by_problem.points()} | {_pct(b['valid_rate'])} → {_pct(arm['valid_rate_after'])} | "
+            f"{_pct(arm['accuracy_valid_after'])} | {_pct(b.get('pass_at_k'))} → {_pct(arm['pass_at_k_after'])} | "
             f"{sum(arm['rl_seconds']) / len(arm['rl_seconds']):.0f} | "
             f"{'-' if step_time is None else f'{step_time:.2f}'} | {sum(arm['pairs_stored']) / len(runs):.0f} | "
-            f"{pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
+            f"{_pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
     lines += ["", "`shuffled`: the baseline with episode rewards shuffled within each batch (control). `sft`: supervised "
               "fine-tuning on gold debates of the training problems for the baseline run's wall-clock (control; "
               "gold-supervised by construction).", ""]
@@ -171,14 +175,14 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], befo
         lines += ["## Answer-only controls", "", "| control | accuracy |", "|---|---|"]
         for name, control in summary["controls"].items():
             detail = control.get("answer", control.get("which", ""))
-            lines.append(f"| {name} ({detail}) | {pct(control['accuracy'])} |")
+            lines.append(f"| {name} ({detail}) | {_pct(control['accuracy'])} |")
         lines.append("")
     lines += ["## Per-role rewards during training (mean over steps and seeds)", "",
               "| arm | solver | verifier | judge accuracy | episode reward |", "|---|---|---|---|---|"]
     for name, arm in summary["arms"].items():
         m = arm["run_means"]
-        lines.append(f"| {name} | {pct(m.get('debate/reward/solver'))} | {pct(m.get('debate/reward/verifier'))} | "
-                     f"{pct(m.get('debate/judge_accuracy'))} | {pct(m.get('debate/episode_reward'))} |")
+        lines.append(f"| {name} | {_pct(m.get('debate/reward/solver'))} | {_pct(m.get('debate/reward/verifier'))} | "
+                     f"{_pct(m.get('debate/judge_accuracy'))} | {_pct(m.get('debate/episode_reward'))} |")
     return "\n".join(lines) + "\n"
 
 
