@@ -2,8 +2,8 @@
 
 The control answers "would plain supervised learning on the same problems, for the same
 wall-clock, do as well as RL?". Its data are gold debates of the RL training problems (the
-solver's answer is the reference answer; the verifier and judge turns as in the warm-up), laid
-out token for token as TRL's tool loop lays out a rollout
+solver's turn is the reference solution, worked steps included; the verifier and judge turns as
+in the warm-up), laid out token for token as TRL's tool loop lays out a rollout
 (:func:`trainer_client.tiny_model.rollout_tokens`), with the loss on the model's own tokens only.
 It is gold-supervised by construction.
 
@@ -56,7 +56,8 @@ def supervised_fine_tune(model: Any, tokenizer: Any, problems: str | None, first
     family = gold_debate_family(problems)
     if family is None:
         raise ValueError(f"the SFT control needs a one-family generator source (gen:<family>), got {problems!r}")
-    conversations = synthetic_debates(n_debates, seed, family=family, answer_accuracy=1.0, seed_base=first_seed)
+    conversations = synthetic_debates(n_debates, seed, family=family, answer_accuracy=1.0, seed_base=first_seed,
+                                      worked=True)  # the learning warm-up's format: worked solutions
     tools = tool_callables()
     examples = [rollout_tokens(tokenizer, c, tools) for c in conversations]
     steps = supervised_steps(model, examples, tokenizer.pad_token_id, learning_rate=learning_rate,
