@@ -122,14 +122,15 @@ def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | N
     from env_server.debate import DebateEpisode
     from env_server.models import DebateObservation
     from trainer_client.env import DEBATE_SYSTEM_PROMPT, render_instructions
-    from trainer_client.tiny_model import tool_callables
+    from trainer_client.tiny_model import tool_callables, training_chat_template
 
     episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096)
     observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
     messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
                 {"role": "user", "content": "" + render_instructions(observation)}]
     return list(tokenizer.apply_chat_template(messages, tools=list(tools if tools is not None else tool_callables()),
-                                              add_generation_prompt=True, tokenize=True, return_dict=False))
+                                              add_generation_prompt=True, tokenize=True, return_dict=False,
+                                              chat_template=training_chat_template(tokenizer)))
 
 
 @dataclass

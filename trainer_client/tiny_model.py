@@ -34,6 +34,7 @@ __all__ = [
     "synthetic_debates",
     "tiny_model_main",
     "tool_callables",
+    "training_chat_template",
 ]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
@@ -46,7 +47,7 @@ class TinyModelSpec(dict):
 def default_spec(seed: int = 0) -> TinyModelSpec:
     return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
                          intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
-                         learning_rate=4e-3, version=6)
+                         learning_rate=4e-3, version=7)
 
 
 #: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
@@ -198,9 +199,15 @@ def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phra
 
 def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any]) -> tuple[list[int], list[int]]:
     """Token ids of a debate laid out as TRL's tool loop lays it out, and a 0/1 mask of the
-    model's own tokens (its messages and their end-of-turn token)."""
+    model's own tokens (its messages and their end-of-turn token).
+
+    The prompt and every tool-result suffix are rendered with :func:`training_chat_template`,
+    the template TRL renders rollouts with (a tokenizer's own ``qwen3.jinja`` renders an empty
+    ``<think>`` block on a final assistant message, which made the suffixes here drop the
+    ``<|im_start|>user\n<tool_response>`` header that TRL's rollouts carry)."""
+    template = training_chat_template(tokenizer)
     prompt = list(tokenizer.apply_chat_template(messages[:2], tools=tools, add_generation_prompt=True, tokenize=True,
-                                                return_dict=False))
+                                                return_dict=False, chat_template=template))
     ids, mask = prompt, [0] * len(prompt)
     eos = tokenizer.eos_token_id
     i = 2
@@ -215,7 +222,7 @@ def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any])
         own = [*tokenizer(text, add_special_tokens=False)["input_ids"], eos]
         ids, mask = ids + own, mask + [1] * len(own)
         if i + 1 < len(messages) and messages[i + 1]["role"] == "tool":
-            suffix = _tool_suffix(tokenizer, messages[i + 1])
+            suffix = _tool_suffix(tokenizer, messages[i + 1], template)
             ids, mask = ids + suffix, mask + [0] * len(suffix)
             i += 2
         else:
@@ -223,18 +230,36 @@ def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any])
     return ids, mask
 
 
-def _tool_suffix(tokenizer, tool_message: dict[str, Any]) -> list[int]:
-    """What TRL appends after a tool call (``GRPOTrainer._get_tool_suffix_ids``): the tool result
-    block and the next generation prompt."""
+def _tool_suffix(tokenizer, tool_message: dict[str, Any], template: str | None = None) -> list[int]:
+    """What TRL appends after a tool call (trl 1.16 ``GRPOTrainer._get_tool_suffix_ids``): the
+    tool result block and the next generation prompt, rendered with ``template`` (``None``: the
+    tokenizer's own).
+
+    Raises:
+        ValueError: the template is not prefix-preserving (TRL raises the same).
+    """
     dummy = [{"role": "user", "content": "dummy"},
              {"role": "assistant", "content": "",
               "tool_calls": [{"type": "function", "function": {"name": tool_message["name"], "arguments": {}}}]}]
-    prefix = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False))
+    prefix = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False, chat_template=template))
     full = list(tokenizer.apply_chat_template([*dummy, tool_message], add_generation_prompt=True, tokenize=True,
-                                              return_dict=False))
+                                              return_dict=False, chat_template=template))
     eos_positions = [k for k, tok in enumerate(prefix) if tok == tokenizer.eos_token_id]
     prefix = prefix[: eos_positions[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template is not prefix-preserving: render with training_chat_template(tokenizer)")
     return full[len(prefix):]
+
+
+def training_chat_template(tokenizer) -> str | None:
+    """The chat template TRL renders prompts and tool results with during GRPO: trl 1.16
+    ``GRPOTrainer.__init__`` sets ``self.chat_template = get_training_chat_template(processing_class)``
+    (a prefix-preserving variant of a known template, ``None`` when the tokenizer's own already
+    is). Warm-up data, the SFT control and held-out prompts use it so that they are token for
+    token what the policy sees in training."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    return get_training_chat_template(tokenizer)
 
 
 def _spec_hash(spec: TinyModelSpec) -> str:
@@ -276,7 +301,8 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
     bootstrap = _train_tokenizer(SPECIAL_TOKENS, 300, chat_template)
     phrase_tokens = bool(spec.get("phrase_tokens", False))
-    corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False)
+    template = training_chat_template(bootstrap)
+    corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False, chat_template=template)
               for c in conversations[:200 if phrase_tokens else 60]]
     tokenizer = _train_tokenizer(corpus, spec["vocab_size"], chat_template, phrase_tokens=phrase_tokens)
 
