@@ -26,6 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+#: Pilot runs evaluate on validation problems (held-out seeds from here up), disjoint from the
+#: protocol's held-out set (the first 500 held-out seeds that ``mathdebate ablate`` uses), so that
+#: choosing the protocol's settings never looks at the problems its result is measured on.
+VALIDATION_START = 500_000
+
+
 def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -34,7 +40,8 @@ def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int)
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    report = evaluate_first_answers(model, tokenizer, load_problem_source(f"gen:{family}"), heldout_seeds(n), k=k)
+    source = load_problem_source(f"gen:{family}")
+    report = evaluate_first_answers(model, tokenizer, source, heldout_seeds(n, start=VALIDATION_START), k=k)
     return report.summary()
 
 
@@ -83,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
         def monitor(step: int, model: Any, tokenizer: Any) -> None:
             if step % args.curve_every == 0:
-                report = evaluate_first_answers(model, tokenizer, source, heldout_seeds(args.curve_n), k=4)
+                validation = heldout_seeds(args.curve_n, start=VALIDATION_START)
+                report = evaluate_first_answers(model, tokenizer, source, validation, k=4)
                 point = {"step": step, **{key: report.summary()[key] for key in
                                           ("accuracy", "valid_rate", "pass_at_k", "sample_accuracy")}}
                 curve.append(point)

@@ -11,7 +11,7 @@ from test_role_mapping import make_record
 
 from trainer_client.ablate import Arm, RunResult, ablation_model, plan_arms, static_controls
 from trainer_client.ablation_stats import mean_interval, paired_gain
-from trainer_client.advantages import shuffle_episode_rewards
+from trainer_client.advantages import score_unfinished_debates, shuffle_episode_rewards
 
 
 def test_plan_is_every_preset_shaping_mode_then_the_shuffled_control():
@@ -70,6 +70,18 @@ def test_shuffled_rewards_permute_g_across_the_batch_and_keep_its_distribution()
     assert [r.episode_reward for r in shuffled] != [r.episode_reward for r in records]
     assert [r.episode_reward for r in shuffle_episode_rewards(records, seed=5)] == [r.episode_reward for r in shuffled]
     assert [r.turns for r in shuffled] == [r.turns for r in records]  # per-turn rewards stay as graded
+
+
+def test_unfinished_debates_score_the_given_reward_and_nothing_else_moves():
+    records = [make_record([True], [True], True, "e0"), make_record([True], [True], True, "e1"),
+               make_record([False], [True], False, "e2")]
+    scored = score_unfinished_debates(records, [False, True, True], 0.0)
+    assert [r.episode_reward for r in scored] == [1.0, 0.0, 0.0]
+    assert scored[0] is records[0] and [r.turns for r in scored] == [r.turns for r in records]
+    assert [r.episode_reward for r in score_unfinished_debates(records, [True, True, True], None)] == [1.0, 1.0, 0.0]
+    assert [r.episode_reward for r in score_unfinished_debates(records, [False, True, False], -1)] == [1.0, -1.0, 0.0]
+    with pytest.raises(ValueError, match="3 records for 2"):
+        score_unfinished_debates(records, [True, False], 0.0)
 
 
 def test_report_files_and_summary_fields(tmp_path):

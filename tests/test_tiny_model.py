@@ -78,7 +78,7 @@ def test_warm_up_layout_is_trls_rollout_layout() -> None:
     expected = list(tokenizer.apply_chat_template(debate[:2], tools=tools, add_generation_prompt=True, tokenize=True,
                                                   return_dict=False, chat_template=trainer.chat_template))
     tool_results = 0
-    for k, message in enumerate(debate[2:], start=2):
+    for message in debate[2:]:
         if message["role"] == "tool":
             expected += trl.GRPOTrainer._get_tool_suffix_ids(trainer, [message])
             tool_results += 1

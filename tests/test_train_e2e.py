@@ -75,6 +75,7 @@ def test_each_ablation_preset_trains_two_steps(server_url, tiny_model_dir, tmp_p
     for line in lines:
         assert all(key in line for key in LOSS_KEYS)
         assert "debate/reward/solver" in line and "debate/error_site_rate" in line
+        assert 0.0 <= line["debate/unfinished_rate"] <= 1.0
     assert (tmp_path / preset / "training.png").stat().st_size > 0
     assert (tmp_path / preset / "final" / "config.json").exists()
     if preset in ("sdpo", "full"):

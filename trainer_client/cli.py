@@ -182,6 +182,7 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
         reward_use_score=config.reward_function.use_score if config.reward_function else True,
         ground_truth=ground_truth,
         shuffle_rewards=config.shuffle_rewards,
+        unfinished_debate_reward=config.unfinished_debate_reward,
     )
     if progress:
         trainer.remove_callback(ProgressCallback)

@@ -199,6 +199,11 @@ class TrainConfig(_Strict):
         shuffle_rewards: the shuffled-reward control of ``mathdebate ablate``: episode rewards
             are permuted within each batch before shaping, so the policy gets no signal about
             its own outcomes. Never set it for real training.
+        unfinished_debate_reward: episode reward of a rollout that left its debate unfinished
+            (it stopped calling tools or ran out of completion length, so the adapter forfeited
+            turns); ``null`` keeps the server's grade, which then rests on the solver's answer
+            alone and lets a policy skip the verifier and judge for free
+            (:func:`~trainer_client.advantages.score_unfinished_debates`).
     """
 
     model: str = "tiny"
@@ -235,6 +240,7 @@ class TrainConfig(_Strict):
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
     reward_function: RewardFunctionConfig | None = None
     shuffle_rewards: bool = False
+    unfinished_debate_reward: float | None = 0.0
 
     @model_validator(mode="before")
     @classmethod

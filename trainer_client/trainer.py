@@ -50,7 +50,7 @@ from transformers import PreTrainedTokenizerBase, ProcessorMixin
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 from env_server.models import EpisodeRewards, Role
-from trainer_client.advantages import GiGPOInputs, batch_advantages, shuffle_episode_rewards
+from trainer_client.advantages import GiGPOInputs, batch_advantages, score_unfinished_debates, shuffle_episode_rewards
 from trainer_client.config import GiGPOConfig, ReplayConfig, SDPOConfig
 from trainer_client.forward import (
     checkpointing_active,
@@ -105,6 +105,9 @@ class DebateGRPOTrainer(GRPOTrainer):
         shuffle_rewards: the shuffled-reward control (never for real training): the gathered
             batch's episode rewards are permuted across rollouts before shaping
             (:func:`~trainer_client.advantages.shuffle_episode_rewards`); logged rewards stay true.
+        unfinished_debate_reward: the episode reward of a rollout whose debate the adapter had
+            to finish by forfeiting turns (:func:`~trainer_client.advantages.score_unfinished_debates`);
+            ``None`` keeps the server's graded reward.
 
     Raises:
         ValueError: a channel is on without what it needs.
@@ -115,7 +118,7 @@ class DebateGRPOTrainer(GRPOTrainer):
                  hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
                  advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
-                 **kwargs: Any) -> None:
+                 unfinished_debate_reward: float | None = 0.0, **kwargs: Any) -> None:
         if advantage_estimator not in ("grpo", "gigpo"):
             raise ValueError(f"advantage_estimator must be 'grpo' or 'gigpo', got {advantage_estimator!r}")
         super().__init__(*args, **kwargs)
@@ -125,6 +128,7 @@ class DebateGRPOTrainer(GRPOTrainer):
         self.reward_use_score = reward_use_score
         self.ground_truth = ground_truth
         self.shuffle_rewards = shuffle_rewards
+        self.unfinished_debate_reward = unfinished_debate_reward
         if shuffle_rewards:
             log.info("CONTROL RUN: episode rewards are shuffled within each batch (shuffle_rewards=true)")
         self.shaping_strategy = shaping_strategy or get_strategy("identity")
@@ -202,6 +206,9 @@ class DebateGRPOTrainer(GRPOTrainer):
         if user_results is not None and self.reward_use_score:
             records = [record.model_copy(update={"episode_reward": result.score}) if result.is_score_valid else record
                        for record, result in zip(records, user_results, strict=True)]
+        unfinished = [any(turn.source == "forfeit" for turn in env.trace.turns) for env in environments]
+        records = score_unfinished_debates(records, unfinished, self.unfinished_debate_reward)
+        self._metrics[mode]["debate/unfinished_rate"].append(float(np.mean(unfinished)))
         completion_mask = output["completion_mask"]
         tool_mask = output.get("tool_mask")
         if tool_mask is None:
