@@ -73,3 +73,18 @@ def test_compose_env_service_command_serves_and_passes_its_healthcheck() -> None
         process.terminate()
         process.wait(timeout=60)
     assert env["ports"] == ["8000:8000"]
+
+
+def test_readme_demo_command_on_math500_serves_and_plays_only(math500_path) -> None:
+    """The README's ``./scripts/demo.sh --problems ../shared/data/math500.jsonl`` with
+    ``--train-steps 0`` (serve and play only) and fewer episodes, through ``mathdebate demo`` as
+    the script runs it: the server it starts serves the given problems (it used to start on the
+    built-in generator and the play refused with "the server serves another problem set")."""
+    done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "demo", "--problems", str(math500_path),
+                           "--episodes", "20", "--train-steps", "0", "--policy", "reference", "--no-progress"],
+                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "math500.jsonl" in done.stdout and "episodes graded" in done.stdout
+    assert "training" not in done.stdout  # --train-steps 0: no training part
+    assert "demo.sh" in (REPO / "README.md").read_text() and "--problems ../shared/data/math500.jsonl" in (
+        REPO / "README.md").read_text()

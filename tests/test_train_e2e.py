@@ -54,8 +54,15 @@ def test_plain_grpo_trainer_trains_through_environment_factory(server_url, tiny_
 
 
 def train(server_url: str, tiny_model_dir: str, out: Path, preset: str, steps: int = 2, **overrides):
+    """``steps`` of the demo's training set-up (all channels, two oracle teachers) on the default
+    tiny model against ``server_url`` (the built-in generator), at a small batch (4 rollouts,
+    groups of 4) with reward mixing, then ``preset``'s channels and ``overrides``."""
+    from trainer_client.shaping import RewardShapingConfig
+
     config = demo_config(str(out), server_url, steps)
-    updates = {"model": tiny_model_dir}
+    updates: dict = {"model": tiny_model_dir, "problems": None, "per_device_train_batch_size": 4, "num_generations": 4,
+                     "max_completion_length": 384, "learning_rate": 5e-4,
+                     "reward_shaping": RewardShapingConfig(strategy="reward_mixing", params={"alpha": 0.5})}
     if preset != "full":
         from trainer_client.config import PRESETS
 

@@ -258,26 +258,31 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     return tiny_model_main(args.dir)
 
 
+#: The demo's training problems: the family the ``tiny-learning`` model was warmed up on.
+DEMO_TRAIN_PROBLEMS = "gen:single_digit_sum"
+
+
 def demo_config(output_dir: str, env_url: str, max_steps: int):
-    """The CPU demo: tiny model, built-in problems, all three loss channels (preset ``full``),
-    two ground-truth oracle teachers for trace replay, and reward mixing (the tiny model is
-    almost never right, so the team reward alone would give every rollout the same advantage;
-    mixing in each role's own per-turn reward gives the verifier a signal)."""
+    """The CPU demo's training: the ``tiny-learning`` model (``tiny_model.learning_spec``, a
+    policy right about half the time on single-digit sums) on :data:`DEMO_TRAIN_PROBLEMS`, all
+    three loss channels (preset ``full``) with two ground-truth oracle teachers for trace
+    replay, and the tiny ablation's optimiser settings at a smaller batch (lr 3e-4; 2 problems x
+    8 rollouts per step) so that the solver's reward rises within the demo's few minutes."""
     from trainer_client.config import load_config
 
     return load_config(None, "full", {
-        "model": "tiny",
+        "model": "tiny-learning",
         "env_url": env_url,
+        "problems": DEMO_TRAIN_PROBLEMS,
         "output_dir": output_dir,
         "max_steps": max_steps,
-        "per_device_train_batch_size": 4,
-        "num_generations": 4,
-        "max_completion_length": 384,
-        "learning_rate": 5e-4,
+        "per_device_train_batch_size": 16,
+        "num_generations": 8,
+        "max_completion_length": 256,
+        "learning_rate": 3e-4,
         "max_rounds": 1,
         "logging_steps": 1,
-        "reward_shaping.strategy": "reward_mixing",
-        "reward_shaping.params": {"alpha": 0.5},
+        "dataset_size": 4096,
         "replay.teachers": [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}],
         "replay.budget_per_step": 8,
         "replay.pairs_per_step": 2,
@@ -285,13 +290,22 @@ def demo_config(output_dir: str, env_url: str, max_steps: int):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Start a server, play scripted debates, train a few steps on CPU, stop the server."""
+    """Serve ``--problems`` and play scripted debates on them; then, unless ``--train-steps 0``,
+    train the tiny model on CPU against a second server on its own family, print held-out
+    accuracy before and after; stop the servers."""
     serve_args = ["--grading-workers", "1"]
+    if args.problems:
+        serve_args += ["--problems", args.problems]
     with server_cli.running_server(serve_args) as url:
-        print(f"env server up at {url}; playing {args.episodes} scripted debates", flush=True)
+        print(f"env server up at {url} ({args.problems or 'built-in generator'}); "
+              f"playing {args.episodes} scripted debates", flush=True)
         args.url = url
         server_cli.cmd_play(args)
-        print(f"training {args.train_steps} steps on CPU (tiny model, preset full) into {args.output_dir}", flush=True)
+    if args.train_steps <= 0:
+        return 0
+    with server_cli.running_server(["--grading-workers", "1", "--problems", DEMO_TRAIN_PROBLEMS]) as url:
+        print(f"training {args.train_steps} steps on CPU (tiny-learning model, preset full, problems "
+              f"{DEMO_TRAIN_PROBLEMS}) into {args.output_dir}", flush=True)
         config = demo_config(args.output_dir, url, args.train_steps)
         output_dir = run_training(config)
     _print_training_summary(output_dir)
@@ -332,9 +346,16 @@ def _print_training_summary(output_dir: Path) -> None:
     table.add_column("step", justify="right")
     for name in columns:
         table.add_column(name, justify="right")
-    for line in lines:
-        table.add_row(str(line["step"]), *(f"{line[k]:.3g}" if k in line else "-" for k in columns.values()))
+    every = max(1, len(lines) // 12)  # about a dozen rows, always the last step
+    for k, line in enumerate(lines):
+        if k % every == 0 or k == len(lines) - 1:
+            table.add_row(str(line["step"]), *(f"{line[key]:.3g}" if key in line else "-" for key in columns.values()))
     Console().print(table)
+    solver = [line["debate/reward/solver"] for line in lines if "debate/reward/solver" in line]
+    if len(solver) >= 4:
+        window = max(1, min(10, len(solver) // 4))
+        print(f"solver reward, mean of the first {window} steps {sum(solver[:window]) / window:.3f} -> "
+              f"last {window} steps {sum(solver[-window:]) / window:.3f}")
     print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
 
 
@@ -348,9 +369,9 @@ def add_commands(sub: Any) -> None:
     tiny.set_defaults(func=cmd_tiny_model)
     demo = sub.add_parser("demo", help="serve, play scripted debates, train a few CPU steps, stop (the main job)")
     server_cli.add_play_args(demo)
-    demo.add_argument("--train-steps", type=int, default=6)
+    demo.add_argument("--train-steps", type=int, default=60, help="GRPO steps on CPU (0: serve and play only)")
     demo.add_argument("--output-dir", default="outputs/demo")
-    demo.add_argument("--heldout", type=int, default=50,
+    demo.add_argument("--heldout", type=int, default=200,
                       help="held-out problems evaluated before and after training (0: skip)")
     demo.set_defaults(func=cmd_demo)
 
