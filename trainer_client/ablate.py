@@ -4,7 +4,8 @@ For every arm (a preset ``baseline|sdpo|replay|full`` × a shaping strategy × a
 train with :func:`trainer_client.cli.run_training` against one env server (started here unless
 ``--env-url`` is given), then evaluate the trained policy on held-out problems with the one
 evaluation path, :func:`trainer_client.heldout.evaluate_first_answers` (the tool-call format the
-policy was trained in; greedy first answer, pass@k at temperature 1). The starting policy is
+policy was trained in; greedy first answer, pass@k at temperature 1), plus greedy whole debates
+for the episode reward (:func:`trainer_client.heldout.evaluate_episodes`). The starting policy is
 evaluated once, on the same problems, so every gain is paired.
 
 Controls, in the same report:
@@ -209,13 +210,13 @@ def run_ablation(args: argparse.Namespace) -> Path:
     from env_server.problems import load_problem_source
     from trainer_client.cli import run_training, tiny_model_path
     from trainer_client.config import TINY_MODELS, load_config
-    from trainer_client.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.heldout import evaluate_episodes, evaluate_first_answers, heldout_seeds
     from trainer_client.reporting import write_ablation_report
     from trainer_client.sft import gold_debate_family
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    arms = plan_arms(args.arms, args.shaping, args.modes, shuffled_control=not args.no_controls)
+    arms = plan_arms(args.arms, args.shaping, args.modes, shuffled_control="shuffled" in args.controls)
     model_name = ablation_model(args.model, args.config)
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
     problems = args.problems or base.problems or (TINY_FAMILY if base.model in TINY_MODELS else None)
@@ -227,16 +228,18 @@ def run_ablation(args: argparse.Namespace) -> Path:
     t0 = time.perf_counter()
     model, tokenizer = _load(model_path)
     before = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
+    episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"])
     before_correct = [r.correct for r in before.records]
-    eval_seconds = [before.seconds]
+    eval_seconds = [before.seconds + episodes.seconds]
     golds = [r.gold for r in before.records]
-    controls: dict[str, Any] = {} if args.no_controls else static_controls(golds, [r.problem for r in before.records])
+    controls: dict[str, Any] = (static_controls(golds, [r.problem for r in before.records])
+                                if "static" in args.controls else {})
     log.info("starting policy: held-out accuracy %.3f on %d problems (%.0f s)", before.accuracy, before.n,
              time.perf_counter() - t0)
 
     results: list[RunResult] = []
-    sft_control = not args.no_controls and gold_debate_family(problems) is not None
-    if not args.no_controls and not sft_control:
+    sft_control = "sft" in args.controls and gold_debate_family(problems) is not None
+    if "sft" in args.controls and not sft_control:
         log.warning("no SFT control: it builds gold debates from a one-family generator source (gen:<family>), "
                     "and the problems are %s", problems)
     total_runs = len(arms) * args.seeds + (args.seeds if sft_control else 0)
@@ -284,8 +287,14 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
     }
-    write_ablation_report(out, protocol, before, before_correct, results, controls)
+    before_summary = before.summary() | {"episode_reward": episodes.episode_reward,
+                                         "finished_rate": episodes.finished_rate}
+    write_ablation_report(out, protocol, before_summary, before_correct, results, controls)
     return out
+
+
+#: The controls ``--controls`` chooses from (all by default).
+CONTROLS = ("static", "shuffled", "sft")
 
 
 #: Training settings of the tiny-model ablation (the learning experiment's protocol; ``--max-steps``
@@ -308,16 +317,19 @@ TINY_ABLATION_SETTINGS: dict[str, Any] = {
 
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
-    from trainer_client.heldout import evaluate_first_answers
+    from trainer_client.heldout import evaluate_episodes, evaluate_first_answers
 
     model, tokenizer = _load(run_dir / "final")
     report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
-    eval_seconds.append(report.seconds)
-    (run_dir / "heldout.json").write_text(json.dumps(report.summary(), indent=2))
+    episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"])
+    eval_seconds.append(report.seconds + episodes.seconds)
+    heldout = report.summary() | {"episode_reward": episodes.episode_reward, "finished_rate": episodes.finished_rate,
+                                  "judge_accuracy": episodes.judge_accuracy}
+    (run_dir / "heldout.json").write_text(json.dumps(heldout, indent=2))
     metrics = run_dir / "metrics.jsonl"
     curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
-    return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, report.summary(),
+    return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, heldout,
                      [r.correct for r in report.records])
 
 
@@ -352,8 +364,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.overrides = parse_overrides(args.override)
+    if args.no_controls:
+        args.controls = []
     try:
-        plan_arms(args.arms, args.shaping, args.modes, shuffled_control=not args.no_controls)
+        plan_arms(args.arms, args.shaping, args.modes, shuffled_control="shuffled" in args.controls)
     except ValueError as exc:
         print(f"mathdebate ablate: {exc}", file=sys.stderr)
         return 2
@@ -387,7 +401,10 @@ def add_ablate_command(sub: Any) -> None:
                         help=f"problem source (default: the config's, or {TINY_FAMILY} for the tiny model)")
     ablate.add_argument("--heldout", type=int, default=500, help="held-out problems (seeds >= 10^9)")
     ablate.add_argument("--pass-k", type=int, default=8, help="samples per held-out problem for pass@k (0: none)")
-    ablate.add_argument("--no-controls", action="store_true", help="skip the controls (shuffled rewards, SFT, ...)")
+    ablate.add_argument("--controls", nargs="*", default=list(CONTROLS), choices=CONTROLS,
+                        help="controls to run: static (best constant, copy from prompt), shuffled (rewards "
+                             "shuffled within each batch), sft (SFT on gold debates for the baseline's wall-clock)")
+    ablate.add_argument("--no-controls", action="store_true", help="skip every control (same as --controls with none)")
     ablate.add_argument("--output-dir", default="outputs/ablate")
     ablate.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any training config field, dotted, for every arm")

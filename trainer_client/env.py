@@ -35,10 +35,13 @@ from env_server.models import DebateObservation, EpisodeRewards, Role
 
 __all__ = [
     "DEBATE_SYSTEM_PROMPT",
+    "FORFEIT_ACTION",
+    "TOOL_ARGUMENTS",
     "TOOL_FOR_ROLE",
     "DebateEnvironment",
     "EpisodeTrace",
     "TurnLog",
+    "action_content",
     "environment_factory",
     "render_instructions",
 ]
@@ -63,7 +66,8 @@ _TOOL_HINT: dict[Role, str] = {
 }
 
 #: Placeholder actions used to forfeit the turns a rollout left unplayed.
-_FORFEIT = "(no response)"
+FORFEIT_ACTION = "(no response)"
+_FORFEIT = FORFEIT_ACTION
 
 DEBATE_OVER = "The debate is over. Thank you."
 
@@ -76,6 +80,33 @@ def render_instructions(observation: DebateObservation) -> str:
     system = next((m.content for m in observation.messages if m.role == "system"), "")
     last_user = next((m.content for m in reversed(observation.messages) if m.role == "user"), "")
     return f"[{observation.role.value.upper()}] {system}\n\n{last_user}\n\n{_TOOL_HINT[observation.role]}"
+
+
+#: The tool of each role, with its argument names (the adapter's public methods).
+TOOL_ARGUMENTS: dict[str, tuple[Role, tuple[str, ...]]] = {
+    "submit_solution": (Role.SOLVER, ("solution",)),
+    "submit_verdict": (Role.VERIFIER, ("verdict", "critique")),
+    "submit_final_answer": (Role.JUDGE, ("answer",)),
+}
+
+
+def action_content(tool: str, arguments: dict[str, str]) -> str:
+    """The action text the adapter submits for a tool call: the solver's solution as is; the
+    verifier's ``critique`` then ``VERDICT: <verdict>``; the judge's answer wrapped in
+    ``\\boxed{}`` unless it has one.
+
+    Raises:
+        KeyError: an unknown tool or a missing argument.
+        AttributeError: an argument that is not a string.
+    """
+    if tool == "submit_solution":
+        return arguments["solution"]
+    if tool == "submit_verdict":
+        return f"{arguments['critique']}\n\nVERDICT: {arguments['verdict'].strip().upper()}"
+    if tool == "submit_final_answer":
+        answer = arguments["answer"]
+        return answer if "\\boxed" in answer else f"The final answer is $\\boxed{{{answer.strip()}}}$."
+    raise KeyError(tool)
 
 
 @dataclass(frozen=True)
@@ -223,7 +254,7 @@ class DebateEnvironment:
         Returns:
             The next role's instructions.
         """
-        return self._act(Role.SOLVER, solution, "tool")
+        return self._act(Role.SOLVER, action_content("submit_solution", {"solution": solution}), "tool")
 
     def submit_verdict(self, verdict: str, critique: str) -> str:
         """Submit your review of the solution as the verifier.
@@ -235,7 +266,8 @@ class DebateEnvironment:
         Returns:
             The next role's instructions.
         """
-        return self._act(Role.VERIFIER, f"{critique}\n\nVERDICT: {verdict.strip().upper()}", "tool")
+        return self._act(Role.VERIFIER, action_content("submit_verdict", {"verdict": verdict, "critique": critique}),
+                         "tool")
 
     def submit_final_answer(self, answer: str) -> str:
         """Close the debate as the judge by giving the final answer.
@@ -246,8 +278,7 @@ class DebateEnvironment:
         Returns:
             A message that the debate is over.
         """
-        content = answer if "\\boxed" in answer else f"The final answer is $\\boxed{{{answer.strip()}}}$."
-        return self._act(Role.JUDGE, content, "tool")
+        return self._act(Role.JUDGE, action_content("submit_final_answer", {"answer": answer}), "tool")
 
     def get_reward(self) -> float:
         """The episode reward: finishes the debate if the rollout left it open, then waits up

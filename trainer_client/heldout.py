@@ -34,9 +34,11 @@ from env_server.problems import Problem, ProblemSource
 
 __all__ = [
     "HELDOUT_SEED_BASE",
+    "EpisodeReport",
     "HeldoutRecord",
     "HeldoutReport",
     "SolverTurn",
+    "evaluate_episodes",
     "evaluate_first_answers",
     "grade_answer_text",
     "heldout_seeds",
@@ -274,3 +276,137 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
         seconds=time.perf_counter() - start,
         records=records,
     )
+
+
+@dataclass
+class EpisodeReport:
+    """Greedy whole-debate evaluation (:func:`evaluate_episodes`).
+
+    Attributes:
+        n: problems.
+        episode_reward: mean episode reward ``G`` by the server's rule
+            (:func:`env_server.rewards.episode_rewards_data`).
+        finished_rate: share of debates in which every turn was a valid call of the acting
+            role's tool (the others were finished by forfeits, as the adapter does in training).
+        judge_accuracy: share of debates whose judge boxed a correct answer.
+        episode_rewards: per problem, ``G`` (same order as the seeds).
+        seconds: wall-clock of the evaluation.
+    """
+
+    n: int
+    episode_reward: float
+    finished_rate: float
+    judge_accuracy: float
+    episode_rewards: list[float]
+    seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates without the per-problem rewards."""
+        return {k: v for k, v in asdict(self).items() if k != "episode_rewards"}
+
+
+def _read_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
+    """``(tool name, arguments)`` of a generated turn's first tool call, ``(None, None)`` if none parses."""
+    match = _TOOL_CALL.search(text.split(_END_OF_TURN, 1)[0])
+    if match is None:
+        return None, None
+    try:
+        call = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return None, None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
+        return None, None
+    return call["name"], call["arguments"]
+
+
+def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
+                      max_rounds: int = 1, batch_size: int = 64, max_new_tokens: int = 96) -> EpisodeReport:
+    """Greedy whole debates on ``source.by_seed(s)``: the model plays every role, turn by turn,
+    in the token layout of TRL's tool loop (its own tokens, then the tool-result suffix of the
+    training chat template), against the server's own :class:`~env_server.debate.DebateEpisode`;
+    answers graded with :func:`grade_answer_text` and ``G`` computed by the server's rewards rule.
+
+    A turn that is not a valid call of the acting role's tool ends the rollout: its text becomes
+    the acting role's action and the remaining turns are forfeited, as the training adapter
+    finishes an episode (stricter than TRL's loop, which answers a wrong tool with an error and
+    lets the model try again in the same rollout).
+
+    Args:
+        model, tokenizer: a Hugging Face causal LM and its tokenizer (chat template with tools).
+        source, seeds: the problems (held-out: :func:`heldout_seeds`).
+        max_rounds: solver/verifier rounds before the judge.
+        batch_size: debates per generation batch (left padding).
+        max_new_tokens: longest generated turn.
+    """
+    from env_server.debate import DebateEpisode
+    from env_server.grades import Grade
+    from env_server.markers import ErrorKind
+    from env_server.models import DebateAction, DebateObservation
+    from env_server.rewards import episode_rewards_data
+    from trainer_client.env import FORFEIT_ACTION, TOOL_ARGUMENTS, TOOL_FOR_ROLE, action_content, render_instructions
+    from trainer_client.tiny_model import _tool_suffix, tool_callables, training_chat_template
+
+    start = time.perf_counter()
+    was_training = model.training
+    model.train(False)
+    tools = tool_callables()
+    template = training_chat_template(tokenizer)
+    rewards: list[float] = []
+    finished = judge_right = 0
+    problems = [source.by_seed(s) for s in seeds]
+
+    def observation(episode: DebateEpisode) -> DebateObservation:
+        return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+
+    try:
+        for i in range(0, len(problems), batch_size):
+            batch = problems[i:i + batch_size]
+            episodes = [DebateEpisode(f"heldout-{i + j}", p, max_rounds=max_rounds, max_action_chars=4096)
+                        for j, p in enumerate(batch)]
+            contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds) for p in batch]
+            forfeited = [False] * len(batch)
+            while active := [j for j, e in enumerate(episodes) if not e.done]:
+                texts = _generate(model, tokenizer, [contexts[j] for j in active], sample=False, num=1,
+                                  temperature=1.0, max_new_tokens=max_new_tokens)
+                for j, (text,) in zip(active, texts, strict=True):
+                    episode = episodes[j]
+                    role = episode.role
+                    assert role is not None, "an episode that is not done has a role to play"
+                    name, arguments = _read_call(text)
+                    tool_role, names = TOOL_ARGUMENTS.get(name or "", (None, ()))
+                    own = text.split(_END_OF_TURN, 1)[0]
+                    if tool_role is role and arguments is not None and set(arguments) == set(names) and all(
+                            isinstance(arguments[a], str) for a in names) and (
+                            content := action_content(TOOL_FOR_ROLE[role], arguments)).strip():
+                        episode.step(DebateAction(role=role, content=content[:4096]))
+                        ids = [*tokenizer(own, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+                        contexts[j] = contexts[j] + ids
+                        if not episode.done:
+                            tool_message = {"role": "tool", "name": TOOL_FOR_ROLE[role],
+                                            "content": render_instructions(observation(episode))}
+                            contexts[j] += _tool_suffix(tokenizer, tool_message, template)
+                        continue
+                    fallback = own.strip()[:4096]
+                    episode.step(DebateAction(role=role, content=fallback or FORFEIT_ACTION))
+                    forfeited[j] = not fallback
+                    while not episode.done:
+                        assert episode.role is not None
+                        episode.step(DebateAction(role=episode.role, content=FORFEIT_ACTION))
+                        forfeited[j] = True
+            for episode, was_forfeited in zip(episodes, forfeited, strict=True):
+                grades = {}
+                for turn in episode.turns:
+                    if turn.needs_grade:
+                        correct = grade_answer_text(episode.problem.answer, turn.answer)
+                        kind = ErrorKind.MISSING_FINAL_ANSWER if turn.answer is None else None
+                        grades[turn.t] = Grade(correct, kind, "heldout")
+                record = episode_rewards_data(episode, grades, graded_at=0.0)
+                rewards.append(float(record["episode_reward"]))
+                finished += not was_forfeited
+                judge_right += bool(record["facts"]["judge_correct"])
+    finally:
+        model.train(was_training)
+    n = len(rewards)
+    return EpisodeReport(n=n, episode_reward=sum(rewards) / n if n else 0.0,
+                         finished_rate=finished / n if n else 0.0, judge_accuracy=judge_right / n if n else 0.0,
+                         episode_rewards=rewards, seconds=time.perf_counter() - start)

@@ -89,14 +89,16 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     return out_path
 
 
-def write_ablation_report(out: Path, protocol: dict[str, Any], before: Any, before_correct: list[bool],
+def write_ablation_report(out: Path, protocol: dict[str, Any], before: dict[str, Any], before_correct: list[bool],
                           results: list[Any], controls: dict[str, dict[str, Any]]) -> None:
     """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
 
     Args:
         out: the output directory.
         protocol: the fixed settings (model, problems, held-out size, seeds, steps, ...).
-        before: the starting policy's :class:`~trainer_client.heldout.HeldoutReport`.
+        before: the starting policy's held-out figures: :meth:`HeldoutReport.summary
+            <trainer_client.heldout.HeldoutReport.summary>`, plus ``episode_reward`` and
+            ``finished_rate`` of :func:`~trainer_client.heldout.evaluate_episodes` when measured.
         before_correct: ``(N,)`` its per-problem correctness.
         results: :class:`~trainer_client.ablate.RunResult` per (arm, seed), controls included.
         controls: the answer-only controls (:func:`~trainer_client.ablate.static_controls`).
@@ -106,12 +108,13 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], before: Any, befo
     arms: dict[str, list[Any]] = {}
     for result in results:
         arms.setdefault(result.arm, []).append(result)
-    b = before.summary()
+    b = before
     summary: dict[str, Any] = {"protocol": protocol, "before": b, "controls": controls, "arms": {}}
     for name, runs in arms.items():
         gain = paired_gain(before_correct, [r.correct for r in runs])
         after = {key: mean_interval([r.heldout[key] for r in runs]).mean
-                 for key in ("accuracy", "valid_rate", "accuracy_valid", "pass_at_k") if runs[0].heldout.get(key) is not None}
+                 for key in ("accuracy", "valid_rate", "accuracy_valid", "pass_at_k", "episode_reward", "finished_rate")
+                 if runs[0].heldout.get(key) is not None}
         summary["arms"][name] = {
             "accuracy_before": b["accuracy"],
             "accuracy_after": after["accuracy"],
@@ -122,6 +125,9 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], before: Any, befo
             "valid_rate_after": after.get("valid_rate"),
             "accuracy_valid_after": after.get("accuracy_valid"),
             "pass_at_k_after": after.get("pass_at_k"),
+            "episode_reward_before": b.get("episode_reward"),
+            "episode_reward_after": after.get("episode_reward"),
+            "finished_rate_after": after.get("finished_rate"),
             "rl_seconds": [r.rl_seconds for r in runs],
             "steps": [r.steps for r in runs],
             "gold_supervised": any(r.gold_supervised for r in runs),
@@ -152,9 +158,9 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], befo
         "![report](report.png)", "",
         "## Held-out first-answer accuracy (percent; gains in points with paired 95% intervals)", "",
         "| arm | before | after (mean over seeds) | gain, seed-level CI | gain, problem-level CI | valid before → after "
-        "| acc. among valid after | pass@k before → after | RL s/seed | s/step | DPO pairs | error-site rate | "
-        "gold-supervised |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| acc. among valid after | pass@k before → after | episode reward before → after | RL s/seed | s/step "
+        "| DPO pairs | error-site rate | gold-supervised |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, arm in summary["arms"].items():
         runs = arms[name]
@@ -165,10 +171,14 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], befo
             f"({', '.join(_pct(x) for x in arm['accuracy_after_by_seed'])}) | {gain.by_seed.points()} | "
             f"{gain.by_problem.points()} | {_pct(b['valid_rate'])} → {_pct(arm['valid_rate_after'])} | "
             f"{_pct(arm['accuracy_valid_after'])} | {_pct(b.get('pass_at_k'))} → {_pct(arm['pass_at_k_after'])} | "
+            f"{_pct(arm['episode_reward_before'])} → {_pct(arm['episode_reward_after'])} | "
             f"{sum(arm['rl_seconds']) / len(arm['rl_seconds']):.0f} | "
             f"{'-' if step_time is None else f'{step_time:.2f}'} | {sum(arm['pairs_stored']) / len(runs):.0f} | "
             f"{_pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
-    lines += ["", "`shuffled`: the baseline with episode rewards shuffled within each batch (control). `sft`: supervised "
+    lines += ["", "Episode reward: greedy whole debates on the same held-out problems (the model plays every role; "
+              "`G` by the server's rule; a turn that is not a valid call of its role's tool ends the debate with "
+              "forfeits, as in training).", "",
+              "`shuffled`: the baseline with episode rewards shuffled within each batch (control). `sft`: supervised "
               "fine-tuning on gold debates of the training problems for the baseline run's wall-clock (control; "
               "gold-supervised by construction).", ""]
     if summary["controls"]:
