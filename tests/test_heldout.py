@@ -113,3 +113,23 @@ def test_the_prompt_is_the_tool_loops_prompt() -> None:
     ids, mask = _rollout_tokens(tokenizer, debate, tools)
     prompt = solver_prompt_ids(tokenizer, load_problem_source("gen:single_digit_sum").by_seed(first), tools)
     assert ids[:len(prompt)] == prompt and mask[len(prompt) - 1] == 0 and mask[len(prompt)] == 1
+
+
+def test_whole_debates_agree_with_the_first_answer_path_and_the_servers_rule(tiny_learning_dir) -> None:
+    """Greedy whole debates: the solver's first answer is graded as the first-answer path grades
+    it (same greedy turn), every ``G`` is 0 or 1, and with the judge copying the solver (what the
+    warm-up taught it) ``G`` follows the first answer on most problems."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer_client.heldout import evaluate_episodes, evaluate_first_answers
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_learning_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
+    source, seeds = load_problem_source("gen:single_digit_sum"), heldout_seeds(24, start=700_000)
+    first = evaluate_first_answers(model, tokenizer, source, seeds)
+    debates = evaluate_episodes(model, tokenizer, source, seeds, batch_size=10)
+    assert debates.n == 24 and set(debates.episode_rewards) <= {0.0, 1.0}
+    assert first.valid_rate == 1.0 and debates.first_answer_correct == [r.correct for r in first.records]
+    assert debates.finished_rate >= 0.9
+    agree = sum(g == float(c) for g, c in zip(debates.episode_rewards, debates.first_answer_correct, strict=True))
+    assert agree >= 20, (debates.episode_rewards, debates.first_answer_correct)

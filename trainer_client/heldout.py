@@ -290,6 +290,7 @@ class EpisodeReport:
             role's tool (the others were finished by forfeits, as the adapter does in training).
         judge_accuracy: share of debates whose judge boxed a correct answer.
         episode_rewards: per problem, ``G`` (same order as the seeds).
+        first_answer_correct: per problem, whether the solver's first answer was right.
         seconds: wall-clock of the evaluation.
     """
 
@@ -298,11 +299,12 @@ class EpisodeReport:
     finished_rate: float
     judge_accuracy: float
     episode_rewards: list[float]
+    first_answer_correct: list[bool]
     seconds: float
 
     def summary(self) -> dict[str, Any]:
-        """The aggregates without the per-problem rewards."""
-        return {k: v for k, v in asdict(self).items() if k != "episode_rewards"}
+        """The aggregates without the per-problem lists."""
+        return {k: v for k, v in asdict(self).items() if k not in ("episode_rewards", "first_answer_correct")}
 
 
 def _read_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
@@ -352,6 +354,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     tools = tool_callables()
     template = training_chat_template(tokenizer)
     rewards: list[float] = []
+    first_correct: list[bool] = []
     finished = judge_right = 0
     problems = [source.by_seed(s) for s in seeds]
 
@@ -402,6 +405,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                         grades[turn.t] = Grade(correct, kind, "heldout")
                 record = episode_rewards_data(episode, grades, graded_at=0.0)
                 rewards.append(float(record["episode_reward"]))
+                first_correct.append(bool(record["facts"]["first_answer_correct"]))
                 finished += not was_forfeited
                 judge_right += bool(record["facts"]["judge_correct"])
     finally:
@@ -409,4 +413,5 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     n = len(rewards)
     return EpisodeReport(n=n, episode_reward=sum(rewards) / n if n else 0.0,
                          finished_rate=finished / n if n else 0.0, judge_accuracy=judge_right / n if n else 0.0,
-                         episode_rewards=rewards, seconds=time.perf_counter() - start)
+                         episode_rewards=rewards, first_answer_correct=first_correct,
+                         seconds=time.perf_counter() - start)
