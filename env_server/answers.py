@@ -1,5 +1,6 @@
-"""Reading debate turns: the last ``\\boxed{}`` answer, the verifier's verdict, and the
-conservative normal form used to compare answers on the event loop.
+"""Reading debate turns: the final ``\\boxed{}`` answer (the last box, or several adjacent boxes
+merged as math-verify merges them), the verifier's verdict, and the conservative normal form
+used to compare answers on the event loop.
 
 Pure string operations, linear in the input, safe on the event loop: nothing here parses
 mathematics (the closed-form fast path is ``closed_form``; everything else is the grader's
@@ -12,11 +13,13 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-__all__ = ["VERDICT_PATTERN", "Verdict", "last_boxed", "normalize_answer", "parse_verdict"]
+__all__ = ["VERDICT_PATTERN", "Verdict", "final_answer", "last_boxed", "normalize_answer", "normalize_critique",
+           "parse_verdict"]
 
 Verdict = Literal["CORRECT", "INCORRECT"]
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)")
 VERDICT_PATTERN = re.compile(r"VERDICT\s*[:：]?\s*[*_`\"']*\s*(INCORRECT|CORRECT)\b", re.IGNORECASE)
 """The verdict marker :func:`parse_verdict` reads (group 1: the verdict word); public so that
 code locating a verdict in text reads it exactly as the server does."""
@@ -84,6 +87,97 @@ def _last_boxed_scan(text: str) -> str | None:
             if opened in box_opens and opened > best_open:
                 best_open, best_close = opened, match.start()
     return text[best_open + 1 : best_close].strip() if best_open >= 0 else None
+
+
+#: math-verify's rule for boxes that together give one answer. math-verify 0.9 reads a bare
+#: ``\\boxed{...}`` through ``math_verify/parser.py:lazy_latex_regex`` (its ``\\boxed{.+}``
+#: pattern) and ``extract_latex``, which normalises the match with ``boxed="last"``:
+#: ``latex2sympy2_extended/math_normalization.py:extract_boxed_content`` (1.11) walks left from
+#: the last box and takes an earlier box while ``should_extract_boxed`` holds, i.e. the text
+#: between the earlier box's closing brace and the later box's ``\\boxed`` is shorter than 10
+#: characters, or shorter than 70, contains a separator (``and``/``or`` as words, ``,`` or
+#: ``;``) and the two contents differ; consecutive identical contents count once.
+_MERGE_NEAR_CHARS = 10
+_MERGE_SEPARATED_CHARS = 70
+_MERGE_SEPARATOR = re.compile(r"\b(and|or)\b|,|;")
+#: math-verify joins the contents with ``","``; we join with ``", "`` because math-verify reads
+#: ``1,234`` as the number 1234 but ``1, 234`` as the list {1, 234}, the collection the boxes give.
+_MERGE_JOIN = ", "
+
+
+def final_answer(text: str) -> str | None:
+    """The final answer of a response: the last complete box (as :func:`last_boxed`), merged
+    with the boxes right before it when math-verify would merge them (several adjacent boxes:
+    ``\\boxed{1} and \\boxed{2}``, ``\\boxed{(2,1)}, \\boxed{(1,2)}``).
+
+    Walking left from the last box, an earlier box joins when fewer than 10 characters separate
+    it from the box after it, or fewer than 70 that contain ``and``, ``or``, ``,`` or ``;`` and
+    its content differs from that box's (math-verify's ``extract_boxed_content``, see
+    ``_MERGE_SEPARATOR``); the walk stops at the first box that does not join, or that is
+    unclosed or encloses the box after it. Repeated consecutive contents count once. The merged
+    answer is the contents in order joined by ``", "``, a bare list, which the grader reads as
+    an unordered collection: ``\\boxed{3} or \\boxed{2}`` is ``3, 2``, not ``2``. A box
+    far from the final one (an intermediate result) stays out.
+
+    A few linear passes over the text (safe on hostile input); no mathematics is parsed.
+
+    Args:
+        text: a model response.
+
+    Returns:
+        The answer (stripped contents; ``""`` for ``\\boxed{}``), or ``None`` when the text
+        has no complete box.
+    """
+    if text.count("\\boxed") + text.count("\\fbox") < 2:
+        return last_boxed(text)  # zero or one box: nothing to merge
+    commands = [m.start() for m in _BOX_COMMAND.finditer(text)]
+    closes = _box_closes(text)
+    opens: list[int | None] = []  # per command: its opening brace, when the box is complete
+    for start in commands:
+        match = _BOX_OPEN.match(text, start)
+        opens.append(match.end() - 1 if match is not None and match.end() - 1 in closes else None)
+    complete = [(brace, i) for i, brace in enumerate(opens) if brace is not None]
+    if not complete:
+        return None
+    last_brace, index = max(complete)  # the box opened last, as last_boxed
+    parts = [text[last_brace + 1 : closes[last_brace]].strip()]
+    later_start = commands[index]
+    for earlier in range(index - 1, -1, -1):
+        brace = opens[earlier]
+        if brace is None or closes[brace] >= later_start:
+            break  # unclosed, not followed by a brace, or enclosing the later box
+        content = text[brace + 1 : closes[brace]].strip()
+        between = text[closes[brace] + 1 : later_start]
+        near = len(between) < _MERGE_NEAR_CHARS
+        separated = (content != parts[-1] and len(between) < _MERGE_SEPARATED_CHARS
+                     and _MERGE_SEPARATOR.search(between) is not None)
+        if not (near or separated):
+            break
+        if content != parts[-1]:
+            parts.append(content)
+        later_start = commands[earlier]
+    return _MERGE_JOIN.join(reversed(parts))
+
+
+def _box_closes(text: str) -> dict[int, int]:
+    """Opening brace -> matching closing brace, for every complete box (escapes skipped)."""
+    box_opens = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}
+    closes: dict[int, int] = {}
+    stack: list[int] = []
+    for match in _BRACE_TOKENS.finditer(text):
+        token = match.group()
+        if token == "{":
+            stack.append(match.start())
+        elif token == "}" and stack:
+            opened = stack.pop()
+            if opened in box_opens:
+                closes[opened] = match.start()
+    return closes
+
+
+def normalize_critique(text: str) -> str:
+    """A review's text for comparing reviews: case-folded, every whitespace run one space, stripped."""
+    return " ".join(text.casefold().split())
 
 
 def parse_verdict(text: str) -> Verdict | None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from env_server.config import AUTH_TOKEN_ENV, ServerConfig
 from env_server.grading import GradingConfig
+from env_server.markers import EpisodeMode
 
 if TYPE_CHECKING:
     from env_server.play import PlayReport
@@ -41,6 +42,13 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
                         help="JSONL in MATH-500 or GSM8K format, hf:<dataset>[:<split>], or gen:<family>[,...] "
                              "(e.g. gen:single_digit_sum); default: built-in generator")
     parser.add_argument("--max-rounds", type=int, default=defaults.max_rounds)
+    parser.add_argument("--mode", choices=[m.value for m in EpisodeMode], default=defaults.mode.value,
+                        help="episode mode of a reset that names none: debate (solver, verifier, judge) or "
+                             "single (one solver answer, graded)")
+    parser.add_argument("--circular-critique-stop", action=argparse.BooleanOptionalAction,
+                        default=defaults.circular_critique_stop,
+                        help="send a debate to the judge at once when the solver re-submits a rejected answer "
+                             "or the verifier repeats its previous review")
     parser.add_argument("--max-action-chars", type=int, default=defaults.max_action_chars)
     parser.add_argument("--max-sessions", type=int, default=defaults.max_sessions)
     parser.add_argument("--max-sessions-per-connection", type=int, default=defaults.max_sessions_per_connection)
@@ -65,6 +73,8 @@ def _serve_config(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(
         problems=args.problems,
         max_rounds=args.max_rounds,
+        mode=EpisodeMode(args.mode),
+        circular_critique_stop=args.circular_critique_stop,
         max_action_chars=args.max_action_chars,
         max_sessions=args.max_sessions,
         max_sessions_per_connection=args.max_sessions_per_connection,
@@ -128,6 +138,8 @@ def add_play_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--p", type=float, default=0.3, help="error probability of the noisy policy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-rounds", type=int, default=None)
+    parser.add_argument("--mode", choices=[m.value for m in EpisodeMode], default=None,
+                        help="episode mode of every reset (default: the server's --mode)")
     parser.add_argument("--problems", default=None, help="the same problem source the server serves")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line at the end")
     parser.add_argument("--no-progress", action="store_true")
@@ -169,6 +181,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     report = asyncio.run(play(
         args.url, problems, args.episodes, args.concurrency, args.policy, args.p, args.seed, args.connections,
         token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
+        mode=args.mode,
     ))
     print_report(report, f"mathdebate play: {args.policy} policy on {problems.name}")
     if args.json:

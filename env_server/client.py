@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import orjson
 import websockets
 
-from env_server.models import MAX_BATCH_FRAMES, DebateObservation, EpisodeRewards, Role
+from env_server.models import MAX_BATCH_FRAMES, DebateObservation, EpisodeMode, EpisodeRewards, Role
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -111,10 +111,21 @@ class MuxSession:
         return await self.client._request({"type": type_, "session_id": self.session_id, "data": data or {}})
 
     async def reset(self, seed: int | None = None, episode_id: str | None = None, problem_id: str | None = None,
-                    max_rounds: int | None = None) -> StepResult:
-        """Start an episode (see ``ResetRequest``). Raises :class:`MuxError` on refusal."""
+                    max_rounds: int | None = None, mode: EpisodeMode | str | None = None) -> StepResult:
+        """Start an episode (see ``ResetRequest``); ``None`` arguments are left to the server.
+
+        Args:
+            seed, episode_id, problem_id, max_rounds: as ``ResetRequest``.
+            mode: ``"debate"`` or ``"single"`` (RFC 0006); default: the server's ``--mode``.
+
+        Raises:
+            MuxError: the server refused (``VALIDATION_ERROR`` for an unknown mode or an
+                out-of-range value, ``UNKNOWN_PROBLEM``, ``EPISODE_ID_IN_USE``, ...).
+        """
+        if isinstance(mode, EpisodeMode):
+            mode = mode.value
         data = {k: v for k, v in {"seed": seed, "episode_id": episode_id, "problem_id": problem_id,
-                                  "max_rounds": max_rounds}.items() if v is not None}
+                                  "max_rounds": max_rounds, "mode": mode}.items() if v is not None}
         frame, raw = await self._call("reset", data)
         result = StepResult.from_payload(frame["data"], _payload_bytes(raw))
         self.episode_id = result.observation.episode_id
@@ -391,8 +402,10 @@ class SyncMuxSession:
     def episode_id(self) -> str | None:
         return self._session.episode_id
 
-    def reset(self, **kwargs: Any) -> StepResult:
-        return self._runner.run(self._session.reset(**kwargs))
+    def reset(self, seed: int | None = None, episode_id: str | None = None, problem_id: str | None = None,
+              max_rounds: int | None = None, mode: EpisodeMode | str | None = None) -> StepResult:
+        """:meth:`MuxSession.reset`, blocking (same arguments, same :class:`MuxError`)."""
+        return self._runner.run(self._session.reset(seed, episode_id, problem_id, max_rounds, mode))
 
     def step(self, role: Role | str, content: str) -> StepResult:
         return self._runner.run(self._session.step(role, content))

@@ -7,6 +7,7 @@ import os
 from pydantic import BaseModel, Field
 
 from env_server.grading import GradingConfig
+from env_server.markers import EpisodeMode
 
 __all__ = ["AUTH_TOKEN_ENV", "ServerConfig"]
 
@@ -23,6 +24,11 @@ class ServerConfig(BaseModel):
             ``None`` serves the built-in generator.
         max_rounds: default solver/verifier rounds before the judge (a reset may lower or
             raise it up to 16).
+        mode: the episode mode of a reset that names none: ``debate`` (solver, verifier,
+            judge) or ``single`` (one solver answer, graded; RFC 0006).
+        circular_critique_stop: send a debate to the judge at once when the solver re-submits
+            an answer the verifier rejected or the verifier repeats its previous review, with
+            the ``circular_critique`` marker (RFC 0006). On by default.
         max_action_chars: longest accepted action content (longer: ``too_long``).
         max_sessions: sessions server-wide, all transports together.
         max_sessions_per_connection: sessions one ``/ws/mux`` connection may hold.
@@ -46,6 +52,8 @@ class ServerConfig(BaseModel):
 
     problems: str | None = None
     max_rounds: int = Field(default=2, ge=1, le=16)
+    mode: EpisodeMode = EpisodeMode.DEBATE
+    circular_critique_stop: bool = True
     max_action_chars: int = Field(default=32_768, ge=1)
     max_sessions: int = Field(default=20_000, ge=1)
     max_sessions_per_connection: int = Field(default=10_000, ge=1)

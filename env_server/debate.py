@@ -2,7 +2,12 @@
 
 Turn order: solver -> verifier -> (solver revises -> verifier)* -> judge -> done. A round is one
 solver turn and the verifier's review of it; the debate goes to the judge as soon as the
-verifier accepts (``VERDICT: CORRECT``) or after ``max_rounds`` rounds.
+verifier accepts (``VERDICT: CORRECT``) or after ``max_rounds`` rounds. With the
+circular-critique stop on, it also goes to the judge at once when the solver re-submits an
+answer the verifier rejected, or the verifier repeats its previous review (RFC 0006).
+
+In ``single`` mode an episode is one solver turn: the solver answers once and the episode is
+over (no verifier, no judge).
 
 Every observation is serialised once, when it is created, and kept: ``replay(t)`` returns the
 exact bytes that were sent for observation ``t`` (``state(t)``, RFC 0004).
@@ -17,9 +22,9 @@ from typing import Any
 import orjson
 
 from env_server import prompts
-from env_server.answers import last_boxed, normalize_answer, parse_verdict
+from env_server.answers import final_answer, normalize_answer, normalize_critique, parse_verdict
 from env_server.errors import EpisodeDoneError, InvalidActionError, OutOfRangeError
-from env_server.markers import ErrorKind, Role, hint_key
+from env_server.markers import EpisodeMode, ErrorKind, Role, hint_key
 from env_server.models import DebateAction
 from env_server.problems.base import Problem
 
@@ -33,11 +38,14 @@ class TurnRecord:
     Attributes:
         t: turn index (0-based); the action taken after observation ``t``.
         role, round, content: who said what, in which round.
-        answer: solver/judge: content of the last ``\\boxed{}`` (``None`` if missing).
+        answer: solver/judge: the final answer (``answers.final_answer``: the last
+            ``\\boxed{}``, or adjacent boxes merged), ``None`` if missing.
         verdict: verifier: ``"CORRECT"``, ``"INCORRECT"`` or ``None`` (missing).
         reviewed_t: verifier: index of the solver turn under review.
         provisional_kind: marker known without grading (missing answer/verdict, repeated
-            rejected answer), else ``None``.
+            rejected answer, circular critique), else ``None``.
+        circular: the turn repeated a rejected answer or the previous review and, the
+            circular-critique stop being on, sent the debate to the judge.
     """
 
     t: int
@@ -48,6 +56,7 @@ class TurnRecord:
     verdict: str | None = None
     reviewed_t: int | None = None
     provisional_kind: ErrorKind | None = None
+    circular: bool = False
 
     @property
     def needs_grade(self) -> bool:
@@ -61,36 +70,53 @@ class DebateEpisode:
     Args:
         episode_id: the episode's id.
         problem: the problem under debate.
-        max_rounds: solver/verifier rounds before the judge closes the debate (>= 1).
+        max_rounds: solver/verifier rounds before the judge closes the debate (>= 1); ``single``
+            mode ignores it and keeps 1 (the solver's one turn).
         max_action_chars: longest accepted action content, characters.
+        mode: ``debate`` (default) or ``single`` (one solver turn, no verifier or judge).
+        circular_stop: go to the judge at once when the solver re-submits a rejected answer
+            or the verifier repeats its previous review (RFC 0006). Off by default here (the
+            state machine's rules as before); the server turns it on unless
+            ``--no-circular-critique-stop``.
+
+    Raises:
+        ValueError: ``max_rounds < 1``.
     """
 
     __slots__ = (
+        "_last_review",
         "_observations",
         "_rejected",
         "_transcript",
         "accepted",
+        "circular_stop",
         "episode_id",
         "max_action_chars",
         "max_rounds",
+        "mode",
         "problem",
         "role",
         "round",
         "turns",
     )
 
-    def __init__(self, episode_id: str, problem: Problem, max_rounds: int, max_action_chars: int) -> None:
+    def __init__(self, episode_id: str, problem: Problem, max_rounds: int, max_action_chars: int,
+                 mode: EpisodeMode = EpisodeMode.DEBATE, circular_stop: bool = False) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         self.episode_id = episode_id
         self.problem = problem
-        self.max_rounds = max_rounds
+        self.mode = EpisodeMode(mode)
+        self.max_rounds = 1 if self.mode is EpisodeMode.SINGLE else max_rounds
         self.max_action_chars = max_action_chars
+        self.circular_stop = circular_stop
         self.turns: list[TurnRecord] = []
         self.role: Role | None = Role.SOLVER
         self.round = 0
         self.accepted = False
         self._rejected: set[str] = set()
+        #: the verifier's last review, normalised (``answers.normalize_critique``)
+        self._last_review: str | None = None
         #: transcript entries, built once per turn and shared by every later observation
         self._transcript: list[dict[str, Any]] = []
         self._observations: list[bytes] = [self._reset_observation()]
@@ -130,6 +156,7 @@ class DebateEpisode:
             "episode_id": self.episode_id,
             "step_count": self.step_count,
             "problem_id": self.problem.problem_id,
+            "mode": self.mode.value,
             "role": self.role.value if self.role else None,
             "round": self.round,
             "max_rounds": self.max_rounds,
@@ -171,7 +198,7 @@ class DebateEpisode:
         elif role is Role.VERIFIER:
             self._verifier_turn(turn)
         else:
-            turn.answer = last_boxed(content)
+            turn.answer = final_answer(content)
             if turn.answer is None:
                 turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
             self.role = None
@@ -181,17 +208,24 @@ class DebateEpisode:
         return turn
 
     def _solver_turn(self, turn: TurnRecord) -> None:
-        turn.answer = last_boxed(turn.content)
+        turn.answer = final_answer(turn.content)
         if turn.answer is None:
             turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
         elif normalize_answer(turn.answer) in self._rejected:
             turn.provisional_kind = ErrorKind.REPEATED_REJECTED_ANSWER
-        self.role = Role.VERIFIER
+            turn.circular = self.circular_stop
+        if self.mode is EpisodeMode.SINGLE:
+            self.role = None
+        elif turn.circular:
+            self.role = Role.JUDGE  # the verifier already rejected this answer: no review again
+        else:
+            self.role = Role.VERIFIER
 
     def _verifier_turn(self, turn: TurnRecord) -> None:
         reviewed = self.turns[-1]
         turn.reviewed_t = reviewed.t
         turn.verdict = parse_verdict(turn.content)
+        review, self._last_review = self._last_review, normalize_critique(turn.content)
         if turn.verdict is None:
             turn.provisional_kind = ErrorKind.MISSING_VERDICT
         if turn.verdict == "CORRECT":
@@ -200,7 +234,11 @@ class DebateEpisode:
             return
         if reviewed.answer is not None:
             self._rejected.add(normalize_answer(reviewed.answer))
-        if self.round + 1 < self.max_rounds:
+        if self.circular_stop and review == self._last_review:
+            turn.circular = True
+            turn.provisional_kind = turn.provisional_kind or ErrorKind.CIRCULAR_CRITIQUE
+            self.role = Role.JUDGE
+        elif self.round + 1 < self.max_rounds:
             self.round += 1
             self.role = Role.SOLVER
         else:
@@ -212,6 +250,8 @@ class DebateEpisode:
         if self.role is None:
             return []
         problem = self.problem.problem
+        if self.mode is EpisodeMode.SINGLE:
+            return prompts.single_solver_messages(problem)
         solver = [t.content for t in self.turns if t.role is Role.SOLVER]
         reviews = [t.content for t in self.turns if t.role is Role.VERIFIER]
         if self.role is Role.SOLVER:
@@ -223,7 +263,7 @@ class DebateEpisode:
     def _reset_observation(self) -> bytes:
         """The reset observation: :meth:`_serialize` ``(None)``'s bytes, from a per-problem
         template with this episode's id spliced in (it is the only part that differs)."""
-        parts = None if self.episode_id is _TEMPLATE_ID else _reset_template(self.problem, self.max_rounds)
+        parts = None if self.episode_id is _TEMPLATE_ID else _reset_template(self.problem, self.max_rounds, self.mode)
         if parts is None:
             return self._serialize(None)
         return orjson.dumps(self.episode_id).join(parts)
@@ -236,6 +276,7 @@ class DebateEpisode:
             "role": None,
             "error_kind": None,
             "hint_template_key": None,
+            "circular_critique": False,
             "grading": "none",
         }
         if turn is not None:
@@ -245,6 +286,7 @@ class DebateEpisode:
                 role=turn.role.value,
                 error_kind=kind.value if kind else None,
                 hint_template_key=hint_key(turn.role, kind),
+                circular_critique=turn.circular,
                 grading="pending",
             )
         payload = {
@@ -252,6 +294,7 @@ class DebateEpisode:
                 "episode_id": self.episode_id,
                 "problem_id": self.problem.problem_id,
                 "problem": self.problem.problem,
+                "mode": self.mode.value,
                 "role": self.role.value if self.role else None,
                 "t": len(self.turns),
                 "round": self.round,
@@ -273,7 +316,7 @@ _TEMPLATE_ID = "\x00mathdebate-episode-id\x00"
 
 
 @lru_cache(maxsize=4096)
-def _reset_template(problem: Problem, max_rounds: int) -> tuple[bytes, ...] | None:
+def _reset_template(problem: Problem, max_rounds: int, mode: EpisodeMode) -> tuple[bytes, ...] | None:
     """The reset observation of ``problem`` split around its episode id, or ``None`` when the
     id's encoding is not found exactly where the id goes (three places).
 
@@ -281,6 +324,6 @@ def _reset_template(problem: Problem, max_rounds: int) -> tuple[bytes, ...] | No
     about a tenth of a cached-grade episode's server time. Tests check the spliced bytes
     against :meth:`DebateEpisode._serialize`.
     """
-    template = DebateEpisode(_TEMPLATE_ID, problem, max_rounds, max_action_chars=1)
+    template = DebateEpisode(_TEMPLATE_ID, problem, max_rounds, max_action_chars=1, mode=mode)
     parts = template.last_observation.split(orjson.dumps(_TEMPLATE_ID))
     return tuple(parts) if len(parts) == 4 else None

@@ -194,7 +194,7 @@ class Grader:
         return self._count(grade)
 
     async def grade(self, gold: str, answer: str | None) -> Grade:
-        """Grade ``answer`` (the extracted boxed content, or None) against ``gold``.
+        """Grade ``answer`` (the extracted final answer, ``answers.final_answer``, or None) against ``gold``.
 
         Never raises for bad input: failures become ``unparseable_answer`` or
         ``grading_timeout``.

@@ -254,8 +254,9 @@ def grade_answer(gold: str, answer: str, sig_figs: int = 6, timeout_s: int = 3) 
 
     Args:
         gold: reference answer, LaTeX without ``\\boxed{}``.
-        answer: the content of the response's last ``\\boxed{}`` (already extracted and
-            capped by the caller).
+        answer: the response's final answer (``answers.final_answer``: the last ``\\boxed{}``'s
+            content, or adjacent boxes' contents joined by ``", "``), already extracted and
+            capped by the caller.
         sig_figs: significant figures a decimal answer must agree to.
         timeout_s: math-verify's soft timeout per parse/compare, seconds (integer).
 

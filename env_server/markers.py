@@ -26,6 +26,18 @@ class Role(str, Enum):
     JUDGE = "judge"
 
 
+class EpisodeMode(str, Enum):
+    """How an episode is played. The value is what goes on the wire (``reset(mode=...)``).
+
+    - ``debate``: solver -> verifier -> (solver revises -> verifier)* -> judge.
+    - ``single``: the solver answers once and the episode is graded on that answer; no
+      verifier or judge turns.
+    """
+
+    DEBATE = "debate"
+    SINGLE = "single"
+
+
 class ErrorKind(str, Enum):
     """The closed vocabulary of error kinds (wire values are the lower-case names).
 
@@ -34,7 +46,13 @@ class ErrorKind(str, Enum):
         - ``missing_verdict``: a verifier turn without ``VERDICT: CORRECT|INCORRECT``.
         - ``repeated_rejected_answer``: the solver re-submits an answer the verifier already
           rejected (same normalised text). Kept in the graded record only if that answer is
-          wrong: standing by a correct answer after a false rejection is not an error.
+          wrong: standing by a correct answer after a false rejection is not an error. With
+          the circular-critique stop on (the server's default) the debate then goes to the judge
+          at once.
+        - ``circular_critique``: the verifier's review repeats its previous review (same text
+          once case-folded and whitespace-collapsed); with the circular-critique stop on, the
+          debate goes to the judge at once. In the graded record a graded verifier error of the
+          turn (``false_reject``, ``grading_timeout``) and ``missing_verdict`` take precedence.
     Rejected actions (the episode does not advance; the error frame carries the kind):
         - ``role_mismatch``: the action's role is not the role whose turn it is.
         - ``empty_response``: empty or whitespace-only content.
@@ -56,6 +74,7 @@ class ErrorKind(str, Enum):
     FALSE_ACCEPT = "false_accept"
     FALSE_REJECT = "false_reject"
     REPEATED_REJECTED_ANSWER = "repeated_rejected_answer"
+    CIRCULAR_CRITIQUE = "circular_critique"
     ROLE_MISMATCH = "role_mismatch"
     EMPTY_RESPONSE = "empty_response"
     TOO_LONG = "too_long"
@@ -95,6 +114,10 @@ HINT_TEMPLATES: dict[str, str] = {
     "verifier/false_reject": (
         "The answer you rejected is correct. Check the solution's steps carefully and only "
         f"reject it when you can point to a concrete error. {_VERDICT}"
+    ),
+    "verifier/circular_critique": (
+        "Your review repeated your previous review. Check the revised solution itself and point "
+        f"to a concrete error in it, or accept it if it is right. {_VERDICT}"
     ),
     "verifier/grading_timeout": (
         f"The answer under review could not be checked in time; judge its steps. {_VERDICT}"

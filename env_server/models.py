@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from env_server.markers import ErrorKind, Role
+from env_server.markers import EpisodeMode, ErrorKind, Role
 
 __all__ = [
     "AttachData",
@@ -28,6 +28,7 @@ __all__ = [
     "DebateAction",
     "DebateObservation",
     "DebateState",
+    "EpisodeMode",
     "EpisodeRewards",
     "ErrorCode",
     "ErrorKind",
@@ -128,16 +129,21 @@ class DebateObservation(BaseModel):
         problem_id: the problem (a MATH-500 ``unique_id``, ``gsm8k/<line>`` or
             ``gen/<family>/<seed>``), so an episode can be replayed with ``reset(problem_id=)``.
         problem: the problem statement.
+        mode: ``debate`` (solver, verifier, judge) or ``single`` (one solver turn, no
+            verifier or judge), chosen at reset (RFC 0006).
         role: the role that acts next; ``None`` once the debate is over.
         t: observation index = number of turns taken so far. ``state(t)`` replays it.
         round: current solver/verifier round (0-based).
-        max_rounds: rounds allowed before the judge closes the debate.
+        max_rounds: rounds allowed before the judge closes the debate (1 in ``single`` mode:
+            the solver's one turn).
         messages: the chat the acting role must answer (empty when done).
         transcript: every turn so far, each with an explicit ``role``.
         done, reward, metadata: OpenEnv's fields. ``metadata`` holds the markers for the
             trainer, never shown to the policy (RFC 0002): ``episode_id``; ``turn`` and
             ``role`` of the turn the markers describe (``None`` on reset); the provisional
-            ``error_kind`` / ``hint_template_key`` known without grading; ``grading``:
+            ``error_kind`` / ``hint_template_key`` known without grading;
+            ``circular_critique``: whether that turn sent the debate to the judge early by
+            repeating a rejected answer or the previous review (RFC 0006); ``grading``:
             ``"none"``, ``"pending"`` or ``"graded"``.
     """
 
@@ -148,6 +154,7 @@ class DebateObservation(BaseModel):
     episode_id: str
     problem_id: str
     problem: str
+    mode: EpisodeMode = EpisodeMode.DEBATE
     role: Role | None
     t: int = Field(ge=0)
     round: int = Field(ge=0)
@@ -173,6 +180,7 @@ class DebateState(BaseModel):
     episode_id: str | None = None
     step_count: int = Field(default=0, ge=0)
     problem_id: str | None = None
+    mode: EpisodeMode | None = None
     role: Role | None = None
     round: int = 0
     max_rounds: int | None = None
@@ -188,7 +196,9 @@ class ResetRequest(BaseModel):
         seed: picks the problem when ``problem_id`` is not given (same seed, same problem).
         episode_id: client-chosen id (<= 255 chars); must not be in use. Generated if absent.
         problem_id: replay a given problem (``unique_id`` from the problems file).
-        max_rounds: per-episode override, 1..server maximum.
+        max_rounds: per-episode override, 1..16 (ignored in ``single`` mode).
+        mode: ``debate`` or ``single`` (RFC 0006); default: the server's ``--mode``. Any other
+            value is a validation error.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -196,6 +206,7 @@ class ResetRequest(BaseModel):
     episode_id: str | None = Field(default=None, min_length=1, max_length=255)
     problem_id: str | None = Field(default=None, min_length=1, max_length=512)
     max_rounds: int | None = Field(default=None, ge=1, le=16)
+    mode: EpisodeMode | None = None
 
 
 # --------------------------------------------------------------------------- rewards
@@ -233,14 +244,19 @@ class CounterfactualFacts(BaseModel):
         last_solver_answer_correct: correctness of the solver's last answer (the outcome
             without the judge, whose fallback is that answer).
         final_answer_correct: correctness of the final answer; equals ``episode_reward``.
-        judge_correct: correctness of the judge's boxed answer; ``None`` if the judge gave none.
-        verifier_accepted: whether the verifier accepted (the debate ended early).
-        rounds: solver/verifier rounds played.
+        judge_correct: correctness of the judge's boxed answer; ``None`` if the judge gave none
+            (and in ``single`` mode, which has no judge).
+        verifier_accepted: whether the verifier accepted (the debate ended early); ``None`` in
+            ``single`` mode (no verifier).
+        rounds: solver/verifier rounds played (0 in ``single`` mode).
         local_rewards: per role, the mean of its per-turn rewards (judge: judge correctness as
-            0/1, a metric only).
+            0/1, a metric only); the solver only in ``single`` mode.
         rewards_without_role: per role, the episode reward had that role been absent
             (``G_without_role`` of difference rewards): solver 0.0 (no answer at all),
-            verifier ``first_answer_correct``, judge ``last_solver_answer_correct``.
+            verifier ``first_answer_correct``, judge ``last_solver_answer_correct``; the
+            solver only in ``single`` mode.
+        circular_critique: whether the debate went to the judge early because the solver
+            re-submitted a rejected answer or the verifier repeated its review (RFC 0006).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -248,10 +264,11 @@ class CounterfactualFacts(BaseModel):
     last_solver_answer_correct: bool
     final_answer_correct: bool
     judge_correct: bool | None
-    verifier_accepted: bool
+    verifier_accepted: bool | None
     rounds: int = Field(ge=0)
     local_rewards: dict[Role, float]
     rewards_without_role: dict[Role, float]
+    circular_critique: bool = False
 
 
 class EpisodeRewards(BaseModel):
@@ -386,7 +403,7 @@ MAX_BATCH_FRAMES = 1024
 
 
 class WSResetMessage(BaseModel):
-    """OpenEnv ``/ws`` reset: ``{"type": "reset", "data": {seed?, episode_id?, problem_id?, ...}}``."""
+    """OpenEnv ``/ws`` reset: ``{"type": "reset", "data": {seed?, episode_id?, problem_id?, mode?, ...}}``."""
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["reset"]

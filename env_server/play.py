@@ -11,7 +11,7 @@ Policies (all three roles are scripted):
 
 The driver knows the problems (it loads the same source as the server) and starts each episode
 with ``reset(problem_id=...)``; it reports accuracy, per-role rewards, error kinds, throughput
-and step latency.
+and step latency. With ``mode="single"`` every episode is the solver's one answer (RFC 0006).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from env_server.answers import last_boxed
+from env_server.answers import final_answer
 from env_server.client import GRADED_EPISODE_WAIT_S, MuxClient, MuxError
 from env_server.models import DebateObservation, EpisodeRewards, Role
 from env_server.problems import Problem, ProblemSource
@@ -76,7 +76,7 @@ class ScriptedDebaters:
     @staticmethod
     def judge(observation: DebateObservation) -> str:
         solver_turns = [t for t in observation.transcript if t.role is Role.SOLVER]
-        answer = last_boxed(solver_turns[-1].content) if solver_turns else None
+        answer = final_answer(solver_turns[-1].content) if solver_turns else None
         if answer is None:
             return "No answer was given in the debate."
         return f"Having read the debate, the final answer is $\\boxed{{{answer}}}$."
@@ -138,10 +138,10 @@ class PlayReport:
 
 
 async def _play_episode(client: MuxClient, debaters: ScriptedDebaters, problem: Problem, report: PlayReport,
-                        max_rounds: int | None) -> None:
+                        max_rounds: int | None, mode: str | None = None) -> None:
     session = await client.open_session()
     try:
-        result = await session.reset(problem_id=problem.problem_id, max_rounds=max_rounds)
+        result = await session.reset(problem_id=problem.problem_id, max_rounds=max_rounds, mode=mode)
         believed_correct = False
         loop = asyncio.get_running_loop()
         while not result.done:
@@ -169,7 +169,7 @@ async def _play_episode(client: MuxClient, debaters: ScriptedDebaters, problem: 
 
 async def play(url: str, problems: ProblemSource, episodes: int, concurrency: int, policy: Policy = "noisy",
                p: float = 0.3, seed: int = 0, connections: int = 1, token: str | None = None,
-               max_rounds: int | None = None, progress: bool = True) -> PlayReport:
+               max_rounds: int | None = None, progress: bool = True, mode: str | None = None) -> PlayReport:
     """Play ``episodes`` debates, ``concurrency`` at a time, over ``connections`` connections.
 
     Args:
@@ -183,6 +183,8 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
         token: bearer token, if the server requires one.
         max_rounds: per-episode override of the server's default.
         progress: show a tqdm progress bar.
+        mode: ``"debate"`` or ``"single"`` for every episode (RFC 0006); ``None``: the
+            server's default.
 
     Returns:
         The aggregated :class:`PlayReport`.
@@ -207,7 +209,7 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
             except asyncio.QueueEmpty:
                 return
             try:
-                await _play_episode(client, debaters, problems.by_seed(seed + i), report, max_rounds)
+                await _play_episode(client, debaters, problems.by_seed(seed + i), report, max_rounds, mode)
             except MuxError as exc:
                 report.failed += 1
                 report.errors[exc.code] += 1

@@ -26,6 +26,11 @@ SYSTEM_PROMPTS: dict[Role, str] = {
     ),
 }
 
+SINGLE_SOLVER_PROMPT = (
+    "Solve the math problem step by step. End with the final answer inside \\boxed{...}."
+)
+"""The solver's system prompt in ``single`` mode: one answer, no verifier, no debate."""
+
 REVISE_REQUEST = "Revise your solution in light of this review. End with the final answer inside \\boxed{...}."
 
 
@@ -47,6 +52,11 @@ def solver_messages(problem: str, solver_turns: Sequence[str], reviews: Sequence
         messages.append(_msg("assistant", attempt))
         messages.append(_msg("user", f"A verifier reviewed your solution:\n\n{review}\n\n{REVISE_REQUEST}"))
     return messages
+
+
+def single_solver_messages(problem: str) -> list[dict[str, str]]:
+    """Chat for the solver's one turn in ``single`` mode: the system prompt and the problem."""
+    return [_msg("system", SINGLE_SOLVER_PROMPT), _msg("user", problem)]
 
 
 def verifier_messages(problem: str, solver_turns: Sequence[str], reviews: Sequence[str]) -> list[dict[str, str]]:

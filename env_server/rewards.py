@@ -4,6 +4,10 @@ Per turn: a solver turn earns the correctness of its answer (1/0); a verifier tu
 its verdict matches the true correctness of the answer it reviewed; a judge turn earns 0 (judge
 accuracy is a metric only). The episode reward is the correctness of the final answer: the
 judge's boxed answer, or the solver's last answer when the judge boxed none.
+
+In ``single`` mode the record has the one solver turn; the episode reward is that answer's
+correctness, and the facts have no verifier or judge (``verifier_accepted`` and
+``judge_correct`` are ``None``, ``rounds`` is 0, per-role facts name the solver only).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 from env_server.debate import DebateEpisode, TurnRecord
 from env_server.grades import Grade
-from env_server.markers import ErrorKind, Role, hint_key
+from env_server.markers import EpisodeMode, ErrorKind, Role, hint_key
 
 __all__ = ["episode_rewards_data"]
 
@@ -36,7 +40,8 @@ def _verifier_kind(turn: TurnRecord, reviewed: Grade) -> tuple[bool, ErrorKind |
         return False, ErrorKind.GRADING_TIMEOUT  # the truth is unknown: no credit, no blame
     said_correct = turn.verdict == "CORRECT"
     if said_correct == reviewed.correct:
-        return True, None
+        # a right verdict that repeats the previous review word for word keeps that marker
+        return True, ErrorKind.CIRCULAR_CRITIQUE if turn.circular else None
     return False, ErrorKind.FALSE_ACCEPT if said_correct else ErrorKind.FALSE_REJECT
 
 
@@ -78,18 +83,27 @@ def episode_rewards_data(
                       "error_kind": None if kind is None else kind.value,
                       "hint_template_key": hint_key(turn.role, kind), "answer": answer, "correct": correct})
 
-    judge_turn = episode.turns[-1]
     first_correct = solver_rewards[0] == 1.0
     last_solver_correct = solver_rewards[-1] == 1.0
-    judge_correct = None if judge_turn.answer is None else grades[judge_turn.t].correct
-    final_correct = last_solver_correct if judge_correct is None else judge_correct
-    return {
-        "episode_id": episode.episode_id,
-        "session_id": session_id,
-        "problem_id": episode.problem.problem_id,
-        "turns": turns,
-        "episode_reward": float(final_correct),
-        "facts": {
+    facts: dict[str, Any]
+    if episode.mode is EpisodeMode.SINGLE:
+        final_correct = first_correct
+        facts = {
+            "first_answer_correct": first_correct,
+            "last_solver_answer_correct": last_solver_correct,
+            "final_answer_correct": final_correct,
+            "judge_correct": None,
+            "verifier_accepted": None,
+            "rounds": 0,
+            "local_rewards": {"solver": solver_rewards[0]},
+            "rewards_without_role": {"solver": 0.0},
+            "circular_critique": False,
+        }
+    else:
+        judge_turn = episode.turns[-1]
+        judge_correct = None if judge_turn.answer is None else grades[judge_turn.t].correct
+        final_correct = last_solver_correct if judge_correct is None else judge_correct
+        facts = {
             "first_answer_correct": first_correct,
             "last_solver_answer_correct": last_solver_correct,
             "final_answer_correct": final_correct,
@@ -106,6 +120,14 @@ def episode_rewards_data(
                 "verifier": float(first_correct),
                 "judge": float(last_solver_correct),
             },
-        },
+            "circular_critique": any(turn.circular for turn in episode.turns),
+        }
+    return {
+        "episode_id": episode.episode_id,
+        "session_id": session_id,
+        "problem_id": episode.problem.problem_id,
+        "turns": turns,
+        "episode_reward": float(final_correct),
+        "facts": facts,
         "graded_at": graded_at,
     }

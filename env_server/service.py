@@ -175,6 +175,9 @@ class DebateService:
     def reset(self, session_id: str, request: ResetRequest, owner: Connection | None = None) -> bytes:
         """Start a new episode in the session (the previous one, if unfinished, is abandoned).
 
+        The episode is played in ``request.mode``, else the server's ``mode`` (RFC 0006), with
+        the server's circular-critique stop setting.
+
         Returns:
             The reset observation's JSON (``StepPayload``), stored for ``state(0)``.
 
@@ -201,6 +204,8 @@ class DebateService:
             problem=problem,
             max_rounds=request.max_rounds or self.config.max_rounds,
             max_action_chars=self.config.max_action_chars,
+            mode=request.mode or self.config.mode,
+            circular_stop=self.config.circular_critique_stop,
         )
         entry = EpisodeEntry(episode, session.session_id)
         self.episodes.add(entry)

@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "closed_form": {"answers", "grades"},
     "grading_worker": {"grades"},
     "grading": {"answers", "closed_form", "grades", "grading_worker", "markers"},
-    "config": {"grading"},
+    "config": {"grading", "markers"},
     # the episode and its bookkeeping
     "debate": {"answers", "errors", "markers", "models", "problems", "prompts"},
     "rewards": {"debate", "grades", "markers"},
@@ -55,7 +55,7 @@ ALLOWED: dict[str, set[str]] = {
     # clients and tools
     "client": {"markers", "models"},
     "play": {"answers", "client", "markers", "models", "problems"},
-    "cli": {"app", "config", "grading", "play", "problems"},
+    "cli": {"app", "config", "grading", "markers", "play", "problems"},
 }
 
 

@@ -55,7 +55,8 @@ def test_observation_shape_messages_and_transcript() -> None:
     assert first["observation"]["role"] == "solver" and first["observation"]["t"] == 0
     assert [m["role"] for m in first["observation"]["messages"]] == ["system", "user"]
     assert first["metadata"] == {"episode_id": "e", "turn": None, "role": None, "error_kind": None,
-                                 "hint_template_key": None, "grading": "none"}
+                                 "hint_template_key": None, "circular_critique": False, "grading": "none"}
+    assert first["observation"]["mode"] == "debate"
     act(ep, "solver", r"I get \boxed{41}")
     act(ep, "verifier", "Step 2 is wrong. VERDICT: INCORRECT")
     obs = payload(ep.last_observation)["observation"]

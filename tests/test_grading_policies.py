@@ -12,8 +12,9 @@ from fractions import Fraction
 
 import pytest
 
-from env_server.answers import last_boxed, normalize_answer
+from env_server.answers import final_answer, normalize_answer
 from env_server.closed_form import exact_rational
+from env_server.grading import Grader, GradingConfig
 from env_server.grading_worker import grade_answer
 
 POLICIES = [
@@ -103,7 +104,9 @@ def _math500(path) -> list[dict]:
 def test_math500_reference_solutions_are_all_correct(math500_path) -> None:
     rows = _math500(math500_path)
     assert len(rows) == 500
-    wrong = [r["unique_id"] for r in rows if grade_answer(r["answer"], last_boxed(r["solution"]) or "") != (True, None)]
+    # read as the server reads a turn: test/number_theory/459's "$\\boxed{15\\frac{39}{40}},$ or
+    # $\\boxed{\\frac{639}{40}}$" is one answer of two boxes (equal values)
+    wrong = [r["unique_id"] for r in rows if grade_answer(r["answer"], final_answer(r["solution"]) or "") != (True, None)]
     assert wrong == []
 
 
@@ -113,13 +116,44 @@ def test_math500_mismatched_pairs_are_all_incorrect(math500_path) -> None:
     pairs = []
     while len(pairs) < 500:
         gold_row, other = rng.choice(rows), rng.choice(rows)
-        answer = last_boxed(other["solution"]) or ""
+        answer = final_answer(other["solution"]) or ""
         # a mismatched pair: different answers, not mere respellings of one value (e.g. 5 vs x=5)
         if normalize_answer(gold_row["answer"]).removeprefix("x=") == normalize_answer(other["answer"]).removeprefix("x="):
             continue
         pairs.append((gold_row["answer"], answer))
     matched = [(g, a) for g, a in pairs if grade_answer(g, a)[0]]
     assert matched == []
+
+
+#: MATH-500 problems whose answer is a list (or a ± pair), answered in several boxes:
+#: (unique_id, response, correct). Boxes merged by math-verify's rule (answers.final_answer) are
+#: the collection of their answers, in any order; a missing or extra element, or a hedge between
+#: answers, is wrong; a box far from the final one is an intermediate result, not part of it.
+MULTI_BOX = [
+    ("test/intermediate_algebra/1388.json", r"so $n = \boxed{-2}$ or $n = \boxed{1}$.", True),  # gold 1,-2
+    ("test/intermediate_algebra/428.json", r"The roots are $\boxed{7}$, $\boxed{3}$ and $\boxed{5}$.", True),
+    ("test/intermediate_algebra/1102.json", r"\boxed{1}, \boxed{-2}", True),  # gold -2,1
+    ("test/intermediate_algebra/662.json", r"$x = \boxed{1 + \sqrt{19}}$ and $x = \boxed{1 - \sqrt{19}}$", True),
+    ("test/precalculus/768.json", r"\boxed{3 - 2\sqrt{2}}, \boxed{3 + 2\sqrt{2}}", True),  # gold 3 \pm 2 \sqrt{2}
+    ("test/intermediate_algebra/2015.json", r"\boxed{-2}, \boxed{1+\sqrt{5}}, \boxed{1-\sqrt{5}}", True),
+    ("test/intermediate_algebra/1102.json", r"\boxed{1}", False),  # a root missing
+    ("test/intermediate_algebra/428.json", r"\boxed{3}, \boxed{5}", False),
+    ("test/intermediate_algebra/1102.json", r"\boxed{1}, \boxed{-2}, \boxed{2}", False),  # one too many
+    ("test/intermediate_algebra/1388.json", r"\boxed{1} or \boxed{2}", False),
+    ("test/geometry/178.json", r"So $\tan A = \boxed{3}$ or $\boxed{2}$.", False),  # gold 2: a hedge is wrong
+    ("test/geometry/178.json", r"\boxed{2} and \boxed{2}", True),  # the same box twice is one answer
+    ("test/geometry/178.json", r"First $BC = \boxed{4}$ as found above. Therefore $\tan A = \boxed{2}$.", True),
+]
+
+
+@pytest.mark.parametrize(("unique_id", "response", "correct"), MULTI_BOX)
+def test_multi_box_answers_on_math500_lists(math500_path, unique_id: str, response: str, correct: bool) -> None:
+    gold = next(r["answer"] for r in _math500(math500_path) if r["unique_id"] == unique_id)
+    answer = final_answer(response)
+    assert answer is not None
+    assert grade_answer(gold, answer)[0] is correct
+    quick = Grader(GradingConfig(workers=1)).quick_grade(gold, answer)  # the event-loop paths agree when they decide
+    assert quick is None or quick.correct is correct
 
 
 @pytest.mark.parametrize("text, value", [

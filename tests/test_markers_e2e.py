@@ -48,8 +48,12 @@ def test_every_error_kind_is_produced(server_url) -> None:
                 # correct answer falsely rejected, then no box, a missing verdict, a repeated wrong answer
                 [("solver", r"\boxed{{answer}}"), ("verifier", "VERDICT: INCORRECT"), ("solver", "no box"),
                  ("verifier", "hmm"), ("judge", r"\boxed{{answer}}")],
+                # a repeated rejected answer goes straight to the judge (circular-critique stop, RFC 0006)
                 [("solver", r"\boxed{-77777}"), ("verifier", "VERDICT: INCORRECT"), ("solver", r"\boxed{-77777}"),
-                 ("verifier", "VERDICT: INCORRECT"), ("judge", r"\boxed{}{")],
+                 ("judge", r"\boxed{}{")],
+                # a verifier repeating its review (case and spacing aside)
+                [("solver", r"\boxed{-77777}"), ("verifier", "Wrong sign.\nVERDICT: INCORRECT"),
+                 ("solver", r"\boxed{-77776}"), ("verifier", "wrong  sign. verdict: incorrect"), ("judge", r"\boxed{{answer}}")],
                 # unparseable answer, and a tower that only the hard limit stops
                 [("solver", r"\boxed{)(}"), ("verifier", "VERDICT: INCORRECT"), ("solver", r"\boxed{9^{9^{9^{9}}}}"),
                  ("verifier", "VERDICT: CORRECT"), ("judge", r"\boxed{{answer}}")],

@@ -62,7 +62,9 @@ def test_batched_and_unbatched_clients_see_the_same_debate(server_url) -> None:
             session = await client.open_session()
             problem = GENERATOR.by_seed(31)
             raws = [(await session.reset(problem_id=problem.problem_id, episode_id=f"batch-{batch}")).raw]
-            for role, text in (("solver", r"\boxed{0}"), ("verifier", "VERDICT: INCORRECT"),
+            # (a wrong first answer: the answer is 0, and re-submitting a rejected answer would go
+            # straight to the judge, RFC 0006)
+            for role, text in (("solver", r"\boxed{-987654}"), ("verifier", "VERDICT: INCORRECT"),
                                ("solver", problem.solution), ("verifier", "VERDICT: CORRECT"),
                                ("judge", rf"\boxed{{{problem.answer}}}")):
                 raws.append((await session.step(role, text)).raw)
