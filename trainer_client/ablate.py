@@ -242,12 +242,17 @@ def run_ablation(args: argparse.Namespace) -> Path:
     if "sft" in args.controls and not sft_control:
         log.warning("no SFT control: it builds gold debates from a one-family generator source (gen:<family>), "
                     "and the problems are %s", problems)
-    total_runs = len(arms) * args.seeds + (args.seeds if sft_control else 0)
+    control_seeds = args.seeds if args.control_seeds is None else min(args.control_seeds, args.seeds)
+    shuffled_runs = sum(arm.shuffle_rewards for arm in arms)
+    total_runs = ((len(arms) - shuffled_runs) * args.seeds + shuffled_runs * control_seeds
+                  + (control_seeds if sft_control else 0))
     runs_bar = tqdm(total=total_runs, desc="runs (arm × seed)", position=0)
     steps_bar = tqdm(total=0, desc="steps", position=1, leave=False)
     with _server(args.env_url, problems) as url:
         for seed in range(args.seeds):
             for arm in arms:
+                if arm.shuffle_rewards and seed >= control_seeds:
+                    continue
                 runs_bar.set_postfix_str(f"{arm.name} seed {seed}")
                 run_dir = out / "runs" / arm.name / f"seed{seed}"
                 overrides: dict[str, Any] = {
@@ -269,7 +274,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                 results.append(_evaluate_run(arm.name, seed, run_dir, rl_seconds, config.gold_supervised, source,
                                              seeds_heldout, eval_kwargs, eval_seconds))
                 runs_bar.update(1)
-            if sft_control:
+            if sft_control and seed < control_seeds:
                 runs_bar.set_postfix_str(f"sft seed {seed}")
                 baseline_seconds = next((r.rl_seconds for r in results if r.arm == "baseline" and r.seed == seed),
                                         None) or next(r.rl_seconds for r in results if r.seed == seed)
@@ -282,7 +287,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
     protocol = {
         "model": str(base.model), "model_path": str(model_path), "problems": problems or "built-in generator",
         "heldout_problems": len(seeds_heldout), "heldout_seeds": [seeds_heldout[0], seeds_heldout[-1]],
-        "seeds": args.seeds, "max_steps": config.max_steps, "pass_k": args.pass_k,
+        "seeds": args.seeds, "control_seeds": control_seeds, "max_steps": config.max_steps, "pass_k": args.pass_k,
         "eval_seconds_mean": sum(eval_seconds) / len(eval_seconds),
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
@@ -405,6 +410,8 @@ def add_ablate_command(sub: Any) -> None:
                         help="controls to run: static (best constant, copy from prompt), shuffled (rewards "
                              "shuffled within each batch), sft (SFT on gold debates for the baseline's wall-clock)")
     ablate.add_argument("--no-controls", action="store_true", help="skip every control (same as --controls with none)")
+    ablate.add_argument("--control-seeds", type=int, default=None,
+                        help="run the trained controls (shuffled, sft) on the first K seeds only (default: every seed)")
     ablate.add_argument("--output-dir", default="outputs/ablate")
     ablate.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any training config field, dotted, for every arm")

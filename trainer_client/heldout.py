@@ -9,10 +9,10 @@ the server's own :class:`~env_server.debate.DebateEpisode`), the environment's t
 solver's first turn (greedy, and optionally ``k`` samples at a temperature for pass@k, in
 left-padded batches); the first ``<tool_call>{json}</tool_call>`` block (the qwen3 template's
 format, as TRL's response schema reads it) must call ``submit_solution`` with exactly a
-``solution`` string; its last ``\\boxed{}`` is read with the server's
-:func:`~env_server.answers.last_boxed` and graded against the problem's answer with the
-server's grader (its exact/closed-form fast paths, then math-verify in process). Model output
-is never evaluated as code.
+``solution`` string; its final answer is read with the server's
+:func:`~env_server.answers.final_answer` (the last ``\\boxed{}``, or adjacent boxes merged) and
+graded against the problem's answer with the server's grader (its exact/closed-form fast paths,
+then math-verify in process). Model output is never evaluated as code.
 
 First-answer accuracy counts an answer only when it came through a well-formed
 ``submit_solution`` call; a turn without one is format-invalid and wrong. (In training the
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from env_server.answers import last_boxed
+from env_server.answers import final_answer
 from env_server.grading import Grader, GradingConfig
 from env_server.problems import Problem, ProblemSource
 
@@ -95,7 +95,7 @@ def read_solver_turn(text: str) -> SolverTurn:
             or not isinstance(arguments["solution"], str)):
         return SolverTurn(call["name"], None, None)
     solution = arguments["solution"]
-    return SolverTurn("submit_solution", solution, last_boxed(solution))
+    return SolverTurn("submit_solution", solution, final_answer(solution))
 
 
 _GRADER: Grader | None = None

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, cast
 
-from env_server.answers import VERDICT_PATTERN, last_boxed, parse_verdict
+from env_server.answers import VERDICT_PATTERN, final_answer, parse_verdict
 from env_server.models import Role
 from trainer_client.env import TOOL_FOR_ROLE
 
@@ -75,7 +75,7 @@ def tool_call_message(role: Role, text: str) -> dict[str, Any] | None:
             return None
         arguments = {"verdict": parsed[0], "critique": parsed[1]}
     else:
-        answer = last_boxed(text)
+        answer = final_answer(text)
         if answer is None:
             return None
         arguments = {"answer": answer}

@@ -139,6 +139,12 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], before: dict[str,
     (out / "report.md").write_text(_ablation_markdown(summary, arms, before_correct))
 
 
+def _control_seeds_note(protocol: dict[str, Any]) -> str:
+    """`` (trained controls on the first K)`` when ``--control-seeds`` ran them on fewer seeds."""
+    k = protocol.get("control_seeds")
+    return "" if k is None or k >= protocol["seeds"] else f" (the trained controls on the first {k})"
+
+
 def _pct(fraction: float | None) -> str:
     """A fraction as a percentage with one decimal, ``-`` when unknown."""
     return "-" if fraction is None else f"{100 * fraction:.1f}"
@@ -151,7 +157,8 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], befo
     lines = [
         "# mathdebate ablate: held-out accuracy before and after training", "",
         f"Model `{p['model']}`, problems `{p['problems']}`, {p['heldout_problems']} held-out problems "
-        f"(seeds {p['heldout_seeds'][0]}..{p['heldout_seeds'][1]}), {p['seeds']} seeds, {p['max_steps']} steps per run, "
+        f"(seeds {p['heldout_seeds'][0]}..{p['heldout_seeds'][1]}), {p['seeds']} seeds"
+        f"{_control_seeds_note(p)}, {p['max_steps']} steps per run, "
         f"greedy first answer; pass@{p['pass_k']} at temperature 1. Evaluation: {p['eval_seconds_mean']:.0f} s per "
         "policy (timed apart from training).", "",
         f"Command: `{p['command']}`", "",

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from env_server.answers import last_boxed, normalize_answer, parse_verdict
+from env_server.answers import final_answer, normalize_answer, parse_verdict
 from env_server.models import Role
 from env_server.problems import ProblemSource, UnknownProblemError
 from trainer_client.pairs import DpoPair
@@ -274,9 +274,10 @@ class ReplayRequest:
 
 
 def extract_answer(role: Role, text: str) -> str | None:
-    """The comparable answer of a response: the last ``\\boxed{}`` for solver and judge steps,
-    the verdict for verifier steps."""
-    return parse_verdict(text) if role is Role.VERIFIER else last_boxed(text)
+    """The comparable answer of a response, read as the server reads it: the final answer
+    (``answers.final_answer``: the last ``\\boxed{}``, or adjacent boxes merged) for solver and
+    judge steps, the verdict for verifier steps."""
+    return parse_verdict(text) if role is Role.VERIFIER else final_answer(text)
 
 
 def score_disagreement(student_answer: str | None, teacher_answers: Sequence[str | None],
