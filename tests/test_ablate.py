@@ -188,3 +188,14 @@ def test_ablate_rejects_a_bad_plan_in_one_line():
     done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "ablate", "--modes", "single"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "single" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):
+    from trainer_client.reporting import _trailing_mean, plot_metrics
+
+    assert _trailing_mean([1.0, 0.0, 1.0, 0.0, 1.0], 2) == [1.0, 0.5, 0.5, 0.5, 0.5]
+    assert _trailing_mean([0.0, 0.0, 0.0, 1.0], 3) == pytest.approx([0.0, 0.0, 0.0, 1 / 3])
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "debate/reward/solver": float(s % 2), "loss/grpo": 0.1}) + "\n"
+                               for s in range(1, 31)))
+    assert plot_metrics(metrics, tmp_path / "plot.png").stat().st_size > 10_000

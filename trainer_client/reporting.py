@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,26 @@ class QuietProgressCallback(ProgressCallback):
         return None
 
 
+#: Window of the trailing mean drawn over per-step rewards (:func:`plot_metrics`).
+SMOOTHING_STEPS = 10
+
+
+def _trailing_mean(values: Sequence[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
-    """Plot per-role rewards and the three loss channels against the step.
+    """Plot per-role rewards and the three loss channels against the step. With 10 steps or
+    more, each reward is drawn faint per step with its trailing mean over
+    :data:`SMOOTHING_STEPS` steps on top (one batch holds only a few problems, so per-step
+    rewards jump between 0 and 1).
 
     Args:
         metrics_path: a ``metrics.jsonl`` written by :class:`MetricsFileCallback`.
@@ -75,8 +94,14 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     for ax, keys, title in ((rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")):
         for key in keys:
             points = [(line["step"], line[key]) for line in lines if key in line]
-            if points:
-                steps, values = zip(*points, strict=True)
+            if not points:
+                continue
+            steps, values = zip(*points, strict=True)
+            if ax is rewards_ax and len(values) >= 10:
+                drawn = ax.plot(steps, values, alpha=0.25, linewidth=1)
+                ax.plot(steps, _trailing_mean(values, SMOOTHING_STEPS), color=drawn[0].get_color(), linewidth=2,
+                        label=f"{key} (mean of last {SMOOTHING_STEPS})")
+            else:
                 ax.plot(steps, values, marker="o", label=key)
         ax.set_xlabel("step")
         ax.set_title(title)
