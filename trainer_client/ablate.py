@@ -82,13 +82,14 @@ def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[s
     """Every preset × shaping × mode, then the shuffled-reward control (baseline, identity, first mode).
 
     Raises:
-        ValueError: an unknown preset or mode (``single`` mode is not served yet).
+        ValueError: an unknown preset or mode (the trainer does not train in ``single`` mode yet).
     """
     unknown = [p for p in presets if p not in PRESET_NAMES]
     if unknown:
         raise ValueError(f"unknown arms {unknown}; choose from {', '.join(PRESET_NAMES)}")
     if any(m != "debate" for m in modes):
-        raise ValueError("only --modes debate is available: the env server has no single-agent mode yet")
+        raise ValueError("only --modes debate is available: the env server serves single mode (reset mode='single'), "
+                         "but the trainer does not train in it yet")
     arms = [Arm(p, s, m) for p in presets for s in shapings for m in modes]
     if shuffled_control:
         arms.append(Arm("baseline", "identity", modes[0], shuffle_rewards=True))
