@@ -346,7 +346,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     from env_server.models import DebateAction, DebateObservation
     from env_server.rewards import episode_rewards_data
     from trainer_client.env import FORFEIT_ACTION, TOOL_ARGUMENTS, TOOL_FOR_ROLE, action_content, render_instructions
-    from trainer_client.tiny_model import _tool_suffix, tool_callables, training_chat_template
+    from trainer_client.tiny_model import tool_callables, tool_result_suffix, training_chat_template
 
     start = time.perf_counter()
     was_training = model.training
@@ -387,7 +387,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                         if not episode.done:
                             tool_message = {"role": "tool", "name": TOOL_FOR_ROLE[role],
                                             "content": render_instructions(observation(episode))}
-                            contexts[j] += _tool_suffix(tokenizer, tool_message, template)
+                            contexts[j] += tool_result_suffix(tokenizer, tool_message, template)
                         continue
                     fallback = own.strip()[:4096]
                     episode.step(DebateAction(role=role, content=fallback or FORFEIT_ACTION))

@@ -34,6 +34,7 @@ __all__ = [
     "synthetic_debates",
     "tiny_model_main",
     "tool_callables",
+    "tool_result_suffix",
     "training_chat_template",
 ]
 
@@ -223,7 +224,7 @@ def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any])
         own = [*tokenizer(text, add_special_tokens=False)["input_ids"], eos]
         ids, mask = ids + own, mask + [1] * len(own)
         if i + 1 < len(messages) and messages[i + 1]["role"] == "tool":
-            suffix = _tool_suffix(tokenizer, messages[i + 1], template)
+            suffix = tool_result_suffix(tokenizer, messages[i + 1], template)
             ids, mask = ids + suffix, mask + [0] * len(suffix)
             i += 2
         else:
@@ -231,7 +232,7 @@ def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any])
     return ids, mask
 
 
-def _tool_suffix(tokenizer, tool_message: dict[str, Any], template: str | None = None) -> list[int]:
+def tool_result_suffix(tokenizer, tool_message: dict[str, Any], template: str | None = None) -> list[int]:
     """What TRL appends after a tool call (trl 1.16 ``GRPOTrainer._get_tool_suffix_ids``): the
     tool result block and the next generation prompt, rendered with ``template`` (``None``: the
     tokenizer's own).
