@@ -245,18 +245,25 @@ def _ablation_plot(path: Path, arms: dict[str, list[Any]], before: dict[str, Any
         steps = sorted({line["step"] for r in runs for line in r.curve if "debate/reward/solver" in line})
         if not steps:
             continue
+        # each seed's curve as its trailing mean over SMOOTHING_STEPS (a step holds only a few
+        # problems), then the interval over seeds at each step, clipped to the reward's range
+        smoothed = []
+        for r in runs:
+            by_step = {line["step"]: line["debate/reward/solver"] for line in r.curve if "debate/reward/solver" in line}
+            seed_steps = [step for step in steps if step in by_step]
+            smoothed.append(dict(zip(seed_steps, _trailing_mean([by_step[t] for t in seed_steps], SMOOTHING_STEPS),
+                                     strict=True)))
         means, lows, highs = [], [], []
         for step in steps:
-            values = [line["debate/reward/solver"] for r in runs for line in r.curve
-                      if line["step"] == step and "debate/reward/solver" in line]
-            interval = mean_interval(values)
+            interval = mean_interval([curve[step] for curve in smoothed if step in curve])
             means.append(interval.mean)
-            lows.append(interval.low)
-            highs.append(interval.high)
-        curve_ax.plot(steps, means, label=name)
+            lows.append(max(0.0, interval.low))
+            highs.append(min(1.0, interval.high))
+        curve_ax.plot(steps, means, label=f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
         curve_ax.fill_between(steps, lows, highs, alpha=0.2)
     curve_ax.set_xlabel("step")
-    curve_ax.set_ylabel("solver reward (first answer correct)")
+    curve_ax.set_ylabel(f"solver reward (mean of last {SMOOTHING_STEPS} steps)")
+    curve_ax.set_ylim(-0.02, 1.02)
     curve_ax.set_title("training reward: mean and 95% interval over seeds")
     curve_ax.grid(alpha=0.3)
     curve_ax.legend(fontsize=8)
