@@ -71,22 +71,13 @@ def last_boxed(text: str) -> str | None:
 
 
 def _last_boxed_scan(text: str) -> str | None:
-    """``last_boxed`` for any text: brace matching over the whole text."""
-    box_opens = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}
-    if not box_opens:
+    """``last_boxed`` for any text: brace matching over the whole text; the box opened last
+    among the complete ones."""
+    closes = _box_closes(text)
+    if not closes:
         return None
-    best_open, best_close = -1, -1
-    stack: list[int] = []
-    # the regex skips ordinary characters in C; escape pairs (``\\{``, ``\\\\``) match as one token
-    for match in _BRACE_TOKENS.finditer(text):
-        token = match.group()
-        if token == "{":
-            stack.append(match.start())
-        elif token == "}" and stack:
-            opened = stack.pop()
-            if opened in box_opens and opened > best_open:
-                best_open, best_close = opened, match.start()
-    return text[best_open + 1 : best_close].strip() if best_open >= 0 else None
+    best_open = max(closes)
+    return text[best_open + 1 : closes[best_open]].strip()
 
 
 #: math-verify's rule for boxes that together give one answer. math-verify 0.9 reads a bare
@@ -163,7 +154,10 @@ def _box_closes(text: str) -> dict[int, int]:
     """Opening brace -> matching closing brace, for every complete box (escapes skipped)."""
     box_opens = {m.end() - 1 for m in _BOX_OPEN.finditer(text)}
     closes: dict[int, int] = {}
+    if not box_opens:
+        return closes
     stack: list[int] = []
+    # the regex skips ordinary characters in C; escape pairs (``\\{``, ``\\\\``) match as one token
     for match in _BRACE_TOKENS.finditer(text):
         token = match.group()
         if token == "{":
