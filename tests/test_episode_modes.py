@@ -10,6 +10,7 @@ import httpx
 import orjson
 import pytest
 import websockets
+from test_debate import act, payload
 
 from env_server.cli import _serve_config, build_parser, running_server
 from env_server.client import MuxClient, MuxError, SyncMuxClient
@@ -17,7 +18,7 @@ from env_server.debate import DebateEpisode
 from env_server.errors import EpisodeDoneError, InvalidActionError, OutOfRangeError
 from env_server.grades import Grade
 from env_server.markers import HINT_TEMPLATES, EpisodeMode, ErrorKind, Role
-from env_server.models import DebateAction, DebateObservation, EpisodeRewards, ResetRequest, StepPayload
+from env_server.models import EpisodeRewards, ResetRequest
 from env_server.play import play
 from env_server.problems import ProblemGenerator
 from env_server.problems.base import Problem
@@ -33,17 +34,6 @@ MISSING = Grade(False, ErrorKind.MISSING_FINAL_ANSWER, "rule")
 def episode(mode: EpisodeMode = EpisodeMode.DEBATE, max_rounds: int = 3, circular_stop: bool = True) -> DebateEpisode:
     return DebateEpisode("e", PROBLEM, max_rounds=max_rounds, max_action_chars=1000, mode=mode,
                          circular_stop=circular_stop)
-
-
-def act(ep: DebateEpisode, role: str, content: str):
-    return ep.step(DebateAction(role=role, content=content))
-
-
-def payload(raw: bytes) -> dict:
-    data = orjson.loads(raw)
-    StepPayload.model_validate(data)
-    DebateObservation.model_validate({**data["observation"], "reward": data["reward"], "done": data["done"]})
-    return data
 
 
 def record(ep: DebateEpisode, grades_by_answer: dict) -> EpisodeRewards:

@@ -80,22 +80,30 @@ class SolverTurn:
 
 def read_solver_turn(text: str) -> SolverTurn:
     """Parse a generated solver turn (decoded with special tokens; stops at ``<|im_end|>``)."""
-    text = text.split(_END_OF_TURN, 1)[0]
-    match = _TOOL_CALL.search(text)
-    if match is None:
+    name, arguments = _read_call(text)
+    if name is None:
         return SolverTurn(None, None, None)
+    if (name != "submit_solution" or arguments is None or set(arguments) != {"solution"}
+            or not isinstance(arguments["solution"], str)):
+        return SolverTurn(name, None, None)
+    solution = arguments["solution"]
+    return SolverTurn("submit_solution", solution, final_answer(solution))
+
+
+def _read_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
+    """``(tool name, arguments)`` of a generated turn's first tool call (text up to ``<|im_end|>``):
+    ``(None, None)`` if no call parses, ``(name, None)`` if its arguments are not an object."""
+    match = _TOOL_CALL.search(text.split(_END_OF_TURN, 1)[0])
+    if match is None:
+        return None, None
     try:
         call = json.loads(match.group(1))
     except json.JSONDecodeError:
-        return SolverTurn(None, None, None)
+        return None, None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return SolverTurn(None, None, None)
+        return None, None
     arguments = call.get("arguments")
-    if (call["name"] != "submit_solution" or not isinstance(arguments, dict) or set(arguments) != {"solution"}
-            or not isinstance(arguments["solution"], str)):
-        return SolverTurn(call["name"], None, None)
-    solution = arguments["solution"]
-    return SolverTurn("submit_solution", solution, final_answer(solution))
+    return call["name"], arguments if isinstance(arguments, dict) else None
 
 
 _GRADER: Grader | None = None
@@ -305,20 +313,6 @@ class EpisodeReport:
     def summary(self) -> dict[str, Any]:
         """The aggregates without the per-problem lists."""
         return {k: v for k, v in asdict(self).items() if k not in ("episode_rewards", "first_answer_correct")}
-
-
-def _read_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
-    """``(tool name, arguments)`` of a generated turn's first tool call, ``(None, None)`` if none parses."""
-    match = _TOOL_CALL.search(text.split(_END_OF_TURN, 1)[0])
-    if match is None:
-        return None, None
-    try:
-        call = json.loads(match.group(1))
-    except json.JSONDecodeError:
-        return None, None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not isinstance(call.get("arguments"), dict):
-        return None, None
-    return call["name"], call["arguments"]
 
 
 def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
