@@ -379,8 +379,9 @@ def add_commands(sub: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from trainer_client.ablate import add_ablate_command
+    from trainer_client.evaluation.command import add_eval_command
 
-    return server_cli.main(argv, extra_commands=[add_commands, add_ablate_command])
+    return server_cli.main(argv, extra_commands=[add_commands, add_ablate_command, add_eval_command])
 
 
 if __name__ == "__main__":

@@ -40,9 +40,14 @@ __all__ = [
     "SolverTurn",
     "evaluate_episodes",
     "evaluate_first_answers",
+    "extend_context",
+    "generate_turns",
     "grade_answer_text",
     "heldout_seeds",
+    "observation_prompt_ids",
+    "own_text",
     "read_solver_turn",
+    "role_tool_action",
     "solver_prompt_ids",
 ]
 
@@ -126,21 +131,70 @@ def grade_answer_text(gold: str, answer: str | None) -> bool:
     return bool(correct)
 
 
-def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | None = None,
-                      max_rounds: int = 1) -> list[int]:
-    """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout."""
-    from env_server.debate import DebateEpisode
-    from env_server.models import DebateObservation
+def observation_prompt_ids(tokenizer: Any, observation: Any, tools: Sequence[Any] | None = None) -> list[int]:
+    """Token ids of a rollout's first prompt for an observation (a
+    :class:`~env_server.models.DebateObservation`), as TRL's tool loop renders it: the system
+    message :data:`~trainer_client.env.DEBATE_SYSTEM_PROMPT`, a user message holding
+    :func:`~trainer_client.env.render_instructions` of the observation, the environment's tools,
+    the generation prompt, with the training chat template."""
     from trainer_client.env import DEBATE_SYSTEM_PROMPT, render_instructions
     from trainer_client.tiny_model import tool_callables, training_chat_template
 
-    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096)
-    observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
     messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
                 {"role": "user", "content": "" + render_instructions(observation)}]
     return list(tokenizer.apply_chat_template(messages, tools=list(tools if tools is not None else tool_callables()),
                                               add_generation_prompt=True, tokenize=True, return_dict=False,
                                               chat_template=training_chat_template(tokenizer)))
+
+
+def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | None = None,
+                      max_rounds: int = 1) -> list[int]:
+    """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout."""
+    from env_server.debate import DebateEpisode
+    from env_server.models import DebateObservation
+
+    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096)
+    observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+    return observation_prompt_ids(tokenizer, observation, tools)
+
+
+def role_tool_action(text: str, role: Any) -> str | None:
+    """The action a generated turn amounts to when it is a valid call of ``role``'s tool (its
+    first tool call names the role's tool with exactly that tool's string arguments, and the
+    action text is not blank): :func:`~trainer_client.env.action_content` of the call, cut to
+    4,096 characters; else ``None`` (the caller falls back to the turn's text, as the training
+    adapter does)."""
+    from trainer_client.env import TOOL_ARGUMENTS, TOOL_FOR_ROLE, action_content
+
+    name, arguments = _read_call(text)
+    tool_role, names = TOOL_ARGUMENTS.get(name or "", (None, ()))
+    if tool_role is None or tool_role is not role or arguments is None or set(arguments) != set(names) or not all(
+            isinstance(arguments[a], str) for a in names):
+        return None
+    content = action_content(TOOL_FOR_ROLE[tool_role], arguments)
+    return content[:4096] if content.strip() else None
+
+
+def own_text(text: str) -> str:
+    """A generated turn's text up to its end-of-turn token."""
+    return text.split(_END_OF_TURN, 1)[0]
+
+
+def extend_context(tokenizer: Any, context: list[int], text: str, next_observation: Any | None,
+                   role: Any, template: str | None) -> list[int]:
+    """The rollout context after a played turn, as TRL's tool loop lays it out: the context,
+    the turn's own tokens (:func:`own_text` re-tokenised) and the end-of-turn token, then (when
+    the episode goes on, ``next_observation`` not ``None``) the tool-result suffix holding
+    :func:`~trainer_client.env.render_instructions` of the next observation under the name of
+    ``role``'s tool."""
+    from trainer_client.env import TOOL_FOR_ROLE, render_instructions
+    from trainer_client.tiny_model import tool_result_suffix
+
+    ids = [*context, *tokenizer(own_text(text), add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    if next_observation is not None:
+        ids += tool_result_suffix(tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
+                                              "content": render_instructions(next_observation)}, template)
+    return ids
 
 
 @dataclass
@@ -191,9 +245,10 @@ class HeldoutReport:
         return {k: v for k, v in asdict(self).items() if k != "records"}
 
 
-def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, sample: bool, num: int, temperature: float,
-              max_new_tokens: int) -> list[list[str]]:
-    """Decoded continuations, ``num`` per prompt, from one left-padded batch."""
+def generate_turns(model: Any, tokenizer: Any, prompts: list[list[int]], *, sample: bool, num: int, temperature: float,
+                   max_new_tokens: int) -> list[list[str]]:
+    """Decoded continuations (special tokens kept), ``num`` per prompt, from one left-padded
+    batch on the model's device: greedy, or sampled at ``temperature`` (``top_k`` 0, ``top_p`` 1)."""
     import torch
 
     width = max(len(p) for p in prompts)
@@ -207,6 +262,8 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], *, sample: b
         {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0, "num_return_sequences": num}
         if sample else {"do_sample": False}
     )
+    device = next(model.parameters()).device
+    input_ids, attention = input_ids.to(device), attention.to(device)
     with torch.inference_mode():
         out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
                              pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **options)
@@ -248,10 +305,10 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
     try:
         for i in range(0, len(prompts), batch_size):
             batch = prompts[i:i + batch_size]
-            greedy += [texts[0] for texts in _generate(model, tokenizer, batch, sample=False, num=1,
+            greedy += [texts[0] for texts in generate_turns(model, tokenizer, batch, sample=False, num=1,
                                                        temperature=temperature, max_new_tokens=max_new_tokens)]
             if k:
-                samples += _generate(model, tokenizer, batch, sample=True, num=k, temperature=temperature,
+                samples += generate_turns(model, tokenizer, batch, sample=True, num=k, temperature=temperature,
                                      max_new_tokens=max_new_tokens)
     finally:
         torch.random.set_rng_state(generator_state)
@@ -339,8 +396,8 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     from env_server.markers import ErrorKind
     from env_server.models import DebateAction, DebateObservation
     from env_server.rewards import episode_rewards_data
-    from trainer_client.env import FORFEIT_ACTION, TOOL_ARGUMENTS, TOOL_FOR_ROLE, action_content, render_instructions
-    from trainer_client.tiny_model import tool_callables, tool_result_suffix, training_chat_template
+    from trainer_client.env import FORFEIT_ACTION
+    from trainer_client.tiny_model import tool_callables, training_chat_template
 
     start = time.perf_counter()
     was_training = model.training
@@ -363,27 +420,19 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
             contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds) for p in batch]
             forfeited = [False] * len(batch)
             while active := [j for j, e in enumerate(episodes) if not e.done]:
-                texts = _generate(model, tokenizer, [contexts[j] for j in active], sample=False, num=1,
+                texts = generate_turns(model, tokenizer, [contexts[j] for j in active], sample=False, num=1,
                                   temperature=1.0, max_new_tokens=max_new_tokens)
                 for j, (text,) in zip(active, texts, strict=True):
                     episode = episodes[j]
                     role = episode.role
                     assert role is not None, "an episode that is not done has a role to play"
-                    name, arguments = _read_call(text)
-                    tool_role, names = TOOL_ARGUMENTS.get(name or "", (None, ()))
-                    own = text.split(_END_OF_TURN, 1)[0]
-                    if tool_role is role and arguments is not None and set(arguments) == set(names) and all(
-                            isinstance(arguments[a], str) for a in names) and (
-                            content := action_content(TOOL_FOR_ROLE[role], arguments)).strip():
-                        episode.step(DebateAction(role=role, content=content[:4096]))
-                        ids = [*tokenizer(own, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
-                        contexts[j] = contexts[j] + ids
-                        if not episode.done:
-                            tool_message = {"role": "tool", "name": TOOL_FOR_ROLE[role],
-                                            "content": render_instructions(observation(episode))}
-                            contexts[j] += tool_result_suffix(tokenizer, tool_message, template)
+                    content = role_tool_action(text, role)
+                    if content is not None:
+                        episode.step(DebateAction(role=role, content=content))
+                        contexts[j] = extend_context(tokenizer, contexts[j], text,
+                                                     None if episode.done else observation(episode), role, template)
                         continue
-                    fallback = own.strip()[:4096]
+                    fallback = own_text(text).strip()[:4096]
                     episode.step(DebateAction(role=role, content=fallback or FORFEIT_ACTION))
                     forfeited[j] = not fallback
                     while not episode.done:

@@ -1,0 +1,14 @@
+"""``mathdebate eval``: drive debates (or single answers) on a problem set with any policy.
+
+- :mod:`~trainer_client.evaluation.policies`: the :class:`Policy` interface and the policy
+  specs (``scripted:reference``, ``scripted:noisy:P``, ``hf:PATH``, ``openai:URL#MODEL``);
+- :mod:`~trainer_client.evaluation.hf_policy`: a local transformers model in the tool-call
+  format it was trained in (the code the held-out evaluation uses);
+- :mod:`~trainer_client.evaluation.openai_policy`: any OpenAI-compatible chat-completions
+  endpoint (``vllm serve``, a hosted API), with bounded concurrency, timeouts and retries;
+- :mod:`~trainer_client.evaluation.selection`: best-of-N and self-consistency choices;
+- :mod:`~trainer_client.evaluation.runner`: episodes against the env server, per strategy;
+- :mod:`~trainer_client.evaluation.results`: aggregates, ``results.json``, ``trajectories.jsonl``
+  and the summary table;
+- :mod:`~trainer_client.evaluation.command`: the command line.
+"""

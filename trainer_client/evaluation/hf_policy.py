@@ -1,0 +1,185 @@
+"""A role played by a local transformers model (``hf:PATH``), in the tool-call format it was
+trained in.
+
+The model sees what TRL's tool loop shows it during training, built by the same functions the
+held-out evaluation uses (:mod:`trainer_client.heldout`): a rollout starts with
+:func:`~trainer_client.heldout.observation_prompt_ids` (system prompt, the role's instructions,
+the tools); the model answers with a tool call; :func:`~trainer_client.heldout.role_tool_action`
+turns a valid call of the acting role's tool into the action (else the turn's text is submitted,
+or the forfeit placeholder when it is blank, as the training adapter does); the next turn
+continues the same conversation (:func:`~trainer_client.heldout.extend_context`: the model's
+tokens, then the tool result holding the next role's instructions). When another policy played
+the turn in between (per-role policies), the model's conversation restarts from the current
+observation: it sees the debate so far in the instructions, as a rollout's first prompt.
+
+Requests from concurrent episodes are gathered into batches (up to ``batch_size``, one sampling
+temperature per batch) and generated in a worker thread, so the event loop keeps serving the
+other episodes. Sampled batches are seeded from the run seed and a batch counter: a run is
+reproducible at a fixed concurrency.
+
+Verdict probabilities (best-of-N): ``P(CORRECT)`` of a verifier turn is read from the model's
+next-token distribution at the verdict word it generated
+(:func:`trainer_client.verdict_probs.verdict_accept_probs`, the function COMA's baseline uses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from env_server.models import Role
+from trainer_client.evaluation.policies import Policy, PolicyOptions, TurnReply, TurnRequest
+
+__all__ = ["HFPolicy", "load_hf_model"]
+
+
+def load_hf_model(path: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a checkpoint directory or hub id; ``tiny`` and
+    ``tiny-learning`` build (or reuse) the offline tiny models under ``outputs/``. The model goes
+    to the GPU when one is visible, and is left in inference mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer_client.cli import tiny_model_path
+    from trainer_client.config import TINY_MODELS
+
+    where: str | Path = tiny_model_path(path, Path("outputs")) if path in TINY_MODELS else path
+    model = AutoModelForCausalLM.from_pretrained(where)
+    tokenizer = AutoTokenizer.from_pretrained(where)
+    if torch.cuda.is_available():
+        model = model.to("cuda")  # type: ignore[arg-type]  # transformers' stubs type .to() as a decorated method
+    model.train(False)
+    return model, tokenizer
+
+
+@dataclass
+class _Conversation:
+    context: list[int]
+    next_t: int
+    role: Role
+
+
+@dataclass
+class _Pending:
+    context: list[int]
+    temperature: float
+    future: asyncio.Future[str]
+
+
+class HFPolicy(Policy):
+    """``hf:PATH`` (see the module docstring).
+
+    Args:
+        spec: the spec text (for reports).
+        path: checkpoint directory, hub id, ``tiny`` or ``tiny-learning``.
+        options: ``max_new_tokens``, ``batch_size``, ``seed``.
+    """
+
+    def __init__(self, spec: str, path: str, options: PolicyOptions) -> None:
+        super().__init__(spec)
+        from trainer_client.tiny_model import tool_callables, training_chat_template
+
+        self.options = options
+        self.model, self.tokenizer = load_hf_model(path)
+        self.tools = tool_callables()
+        self.template = training_chat_template(self.tokenizer)
+        self.conversations: dict[str, _Conversation] = {}
+        self.pending: list[_Pending] = []
+        self.worker: asyncio.Task[None] | None = None
+        self.batches = 0
+        self.lock = asyncio.Lock()  # one model: generation and scoring never overlap
+
+    def _context(self, request: TurnRequest) -> list[int]:
+        from trainer_client.heldout import observation_prompt_ids
+
+        observation = request.observation
+        conversation = self.conversations.get(request.episode_key)
+        if conversation is not None and conversation.next_t == observation.t:
+            return conversation.context + self._suffix(observation, conversation.role)
+        return observation_prompt_ids(self.tokenizer, observation, self.tools)
+
+    def _suffix(self, observation: Any, role: Role) -> list[int]:
+        from trainer_client.env import TOOL_FOR_ROLE, render_instructions
+        from trainer_client.tiny_model import tool_result_suffix
+
+        return tool_result_suffix(self.tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
+                                                   "content": render_instructions(observation)}, self.template)
+
+    async def act(self, request: TurnRequest) -> TurnReply:
+        from trainer_client.env import FORFEIT_ACTION
+        from trainer_client.heldout import extend_context, own_text, role_tool_action
+
+        self.counters["requests"] += 1
+        context = self._context(request)
+        try:
+            text = await self._generate(context, request.temperature)
+        except Exception as exc:  # e.g. out of memory: forfeit this turn, keep the run going
+            self.counters["failed"] += 1
+            return TurnReply(None, [], error=f"{type(exc).__name__}: {exc}"[:500])
+        content = role_tool_action(text, request.role)
+        if content is None:
+            content = own_text(text).strip()[:4096] or FORFEIT_ACTION
+        turn = own_text(text)
+        after = extend_context(self.tokenizer, context, text, None, request.role, self.template)
+        self.counters["prompt_tokens"] += len(context)
+        self.counters["completion_tokens"] += len(after) - len(context)
+        if request.draw == 0:
+            self.conversations[request.episode_key] = _Conversation(after, request.observation.t + 1, request.role)
+        accept_prob = None
+        if request.want_accept_prob and request.role is Role.VERIFIER:
+            accept_prob = await self._accept_prob(context, after[len(context):], request.observation.t)
+        prompt = self.tokenizer.decode(context, skip_special_tokens=False)
+        return TurnReply(content, [{"role": "prompt", "content": prompt}], generated=turn,
+                         prompt_tokens=len(context), completion_tokens=len(after) - len(context),
+                         accept_prob=accept_prob)
+
+    async def _accept_prob(self, context: list[int], completion: list[int], t: int) -> float | None:
+        from trainer_client.spans import Segment, SegmentOwner
+        from trainer_client.verdict_probs import verdict_accept_probs
+
+        segments = [[Segment(0, len(completion), SegmentOwner(t, Role.VERIFIER, True))]]
+        async with self.lock:
+            probs = await asyncio.to_thread(verdict_accept_probs, self.model, self.tokenizer, [context], [completion],
+                                            segments)
+        return probs[0]
+
+    async def _generate(self, context: list[int], temperature: float) -> str:
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.pending.append(_Pending(context, temperature, future))
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self.pending:
+            await asyncio.sleep(0.005)  # let the other episodes' requests of this round arrive
+            temperature = self.pending[0].temperature
+            batch = [p for p in self.pending if p.temperature == temperature][:self.options.batch_size]
+            self.pending = [p for p in self.pending if p not in batch]
+            self.batches += 1
+            try:
+                async with self.lock:
+                    texts = await asyncio.to_thread(self._generate_batch, [p.context for p in batch], temperature)
+            except Exception as exc:  # a failed batch fails its requests, not the run
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+                continue
+            for p, text in zip(batch, texts, strict=True):
+                if not p.future.done():
+                    p.future.set_result(text)
+
+    def _generate_batch(self, contexts: list[list[int]], temperature: float) -> list[str]:
+        import torch
+
+        from trainer_client.heldout import generate_turns
+
+        if temperature > 0:
+            torch.manual_seed(self.options.seed * 1_000_003 + self.batches)
+        return [texts[0] for texts in generate_turns(self.model, self.tokenizer, contexts, sample=temperature > 0, num=1,
+                                                      temperature=temperature, max_new_tokens=self.options.max_new_tokens)]
+
+    def episode_done(self, episode_key: str) -> None:
+        self.conversations.pop(episode_key, None)

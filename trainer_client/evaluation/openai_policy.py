@@ -1,0 +1,138 @@
+"""A role played by an OpenAI-compatible chat-completions endpoint (``openai:BASE_URL#MODEL``).
+
+The request is the role's chat exactly as the env server built it (``observation.messages``:
+the role's system prompt, the problem, the debate so far) and the reply's text is the action.
+Calls go through the official ``openai`` client (its own retries with exponential backoff on
+connection errors, 408/409/429 and 5xx, and its timeout), at most ``max_concurrency`` in
+flight per policy. A call that still fails returns ``content=None``: the runner forfeits the
+turn and the failure is counted; the run goes on.
+
+The key is read from the environment variable named by ``--api-key-env`` (never from the
+command line); without one the client sends the placeholder ``EMPTY`` that local servers such
+as ``vllm serve`` accept.
+
+Verdict probabilities: for a verifier turn of best-of-N the request asks for
+``logprobs`` (``top_logprobs=5``); when the endpoint returns them, the verdict token is the
+first token after the last ``VERDICT:`` marker of the reply, and ``P(CORRECT)`` is the share
+of the alternatives at that position that spell ``CORRECT`` against those that spell
+``INCORRECT`` (:func:`accept_prob_from_logprobs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from env_server.models import Role
+from trainer_client.evaluation.policies import Policy, PolicyOptions, TurnReply, TurnRequest
+
+__all__ = ["OpenAIPolicy", "accept_prob_from_logprobs"]
+
+_MARKER = re.compile(r"VERDICT\s*[:：]\s*$", re.IGNORECASE)
+
+
+def accept_prob_from_logprobs(tokens: Sequence[Any]) -> float | None:
+    """``P(CORRECT) / (P(CORRECT) + P(INCORRECT))`` at the verdict token of a reply.
+
+    Args:
+        tokens: the reply's ``choices[0].logprobs.content``: items with ``token``, ``logprob``
+            and ``top_logprobs`` (each with ``token`` and ``logprob``), in order.
+
+    Returns:
+        The share in [0, 1], or ``None`` when no token follows a ``VERDICT:`` marker or no
+        alternative at that position spells either verdict. An alternative counts for a verdict
+        when, stripped of spaces, quotes and asterisks and upper-cased, it is a non-empty prefix
+        of ``CORRECT`` (accept) or of ``INCORRECT`` (reject); ``IN`` counts as reject only.
+    """
+    text = ""
+    site = None
+    for k, item in enumerate(tokens):
+        if _MARKER.search(text):
+            site = k  # the last marker wins, as the server reads the last VERDICT line
+        text += _field(item, "token") or ""
+    if site is None:
+        return None
+    item = tokens[site]
+    alternatives = list(_field(item, "top_logprobs") or []) or [item]
+    accept = reject = 0.0
+    for alternative in alternatives:
+        word = (_field(alternative, "token") or "").strip().strip("\"'*").upper()
+        logprob = _field(alternative, "logprob")
+        if not word or logprob is None:
+            continue
+        if "INCORRECT".startswith(word):
+            reject += math.exp(logprob)
+        elif "CORRECT".startswith(word):
+            accept += math.exp(logprob)
+    if accept + reject == 0.0:
+        return None
+    return accept / (accept + reject)
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+class OpenAIPolicy(Policy):
+    """``openai:BASE_URL#MODEL`` (see the module docstring).
+
+    Args:
+        spec: the spec text (for reports).
+        base_url: the endpoint's base URL, including ``/v1`` (as ``openai`` expects).
+        model: the ``model`` field of each request.
+        options: timeouts, retries, concurrency, key variable, token prices, ``max_new_tokens``.
+
+    Raises:
+        ValueError: ``--api-key-env`` names a variable that is not set.
+    """
+
+    def __init__(self, spec: str, base_url: str, model: str, options: PolicyOptions) -> None:
+        super().__init__(spec)
+        from openai import AsyncOpenAI
+
+        key = "EMPTY"
+        if options.api_key_env:
+            key = os.environ.get(options.api_key_env, "")
+            if not key:
+                raise ValueError(f"--api-key-env {options.api_key_env}: that environment variable is not set")
+        self.model, self.options = model, options
+        self.client = AsyncOpenAI(base_url=base_url, api_key=key, timeout=options.timeout_s,
+                                  max_retries=options.max_retries)
+        self.gate = asyncio.Semaphore(options.max_concurrency)
+
+    async def act(self, request: TurnRequest) -> TurnReply:
+        messages = [m.model_dump() for m in request.observation.messages]
+        wants_logprobs = request.want_accept_prob and request.role is Role.VERIFIER
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": 5} if wants_logprobs else {}
+        self.counters["requests"] += 1
+        async with self.gate:
+            try:
+                response = await self.client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=request.temperature,  # type: ignore[arg-type]
+                    max_tokens=self.options.max_new_tokens, seed=self.options.seed + request.draw, **extra)
+            except Exception as exc:  # the openai client has retried; any failure forfeits this turn
+                self.counters["failed"] += 1
+                return TurnReply(None, messages, error=f"{type(exc).__name__}: {exc}"[:500])
+        choice = response.choices[0] if response.choices else None
+        content = choice.message.content if choice is not None else None
+        usage = response.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        completion_tokens = usage.completion_tokens if usage else 0
+        self.counters["prompt_tokens"] += prompt_tokens
+        self.counters["completion_tokens"] += completion_tokens
+        if content is None:
+            self.counters["failed"] += 1
+            return TurnReply(None, messages, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                             error="the endpoint returned no message content")
+        accept_prob = None
+        if wants_logprobs and choice is not None and choice.logprobs is not None and choice.logprobs.content:
+            accept_prob = accept_prob_from_logprobs(choice.logprobs.content)
+        return TurnReply(content, messages, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                         accept_prob=accept_prob)
+
+    async def aclose(self) -> None:
+        await self.client.close()
