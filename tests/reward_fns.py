@@ -66,3 +66,13 @@ def boxed_steps(messages: list[Message], ground_truth, **kwargs) -> EvaluateResu
         steps.append(StepOutput(step_index=index, base_reward=float("boxed" in text)))
         hit = hit or (ground_truth is not None and f"{{{ground_truth}}}" in text)
     return EvaluateResult(score=float(hit), step_outputs=steps)
+
+
+@reward_function
+def first_answer_is_gold(messages: list[Message], ground_truth, **kwargs) -> EvaluateResult:
+    """1 when the first assistant message boxes ``ground_truth`` exactly (``mathdebate eval
+    --select reward:...`` tests)."""
+    from env_server.answers import final_answer
+
+    first = next((m.content or "" for m in messages if m.role == "assistant"), "")
+    return EvaluateResult(score=float(final_answer(first) == ground_truth))

@@ -139,6 +139,17 @@ def test_best_of_n_falls_back_to_the_acceptance_rate(tmp_path, server_url, chat_
     assert sorted({line["score"] for line in lines}) == [0.0, 1.0]  # the oracle verifier is unanimous
 
 
+def test_best_of_n_picks_by_a_user_reward_function(tmp_path, server_url, chat_endpoint, monkeypatch):
+    url, _ = chat_endpoint
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the worker imports reward_fns by path
+    results = _eval(tmp_path, server_url, "--mode", "single", "--strategy", "best_of_n", "--n", "2",
+                    "--select", "reward:reward_fns:first_answer_is_gold", "--policy", f"openai:{url}#sampler")
+    assert results["accuracy"] == 1.0 and results["sample_accuracy"] == 0.5 and results["scoring_episodes"] == 0
+    lines = _trajectories(tmp_path)
+    assert {line["score_source"] for line in lines} == {"reward_function"}
+    assert all(line["score"] == float(line["rewards"]["episode_reward"]) for line in lines)
+
+
 def test_self_consistency_votes_over_final_answers(tmp_path, server_url, chat_endpoint):
     url, _ = chat_endpoint
     results = _eval(tmp_path, server_url, "--mode", "single", "--strategy", "self_consistency", "--n", "5",
@@ -220,3 +231,17 @@ def test_hf_policy_plays_debates_as_the_heldout_evaluation_does(tmp_path, tiny_l
     assert results["accuracy"] == pytest.approx(local.episode_reward)
     assert results["requests"][f"hf:{tiny_learning_dir}"]["completion_tokens"] > 0
     assert all(line["turns"][0]["generated"].startswith("<tool_call>") for line in lines)
+
+    # best-of-N with the model as its own verifier: P(CORRECT) read from its verdict token
+    out = tmp_path / "hf-bon"
+    assert main(["eval", "--policy", f"hf:{tiny_learning_dir}", "--problems", "gen:single_digit_sum",
+                 "--seed", str(HELDOUT_SEED_BASE), "--limit", "3", "--max-rounds", "1", "--max-new-tokens", "96",
+                 "--strategy", "best_of_n", "--n", "2", "--output-dir", str(out), "--no-progress"]) == 0
+    lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    with_verdict = [line for line in lines if "VERDICT: " in line["turns"][1]["content"]]
+    assert with_verdict and all(line["score_source"] == "logprobs" and 0.0 < line["score"] < 1.0
+                                for line in with_verdict)
+    for k in range(3):  # the chosen sample has the highest score of its problem (ties: the first)
+        group = lines[2 * k:2 * k + 2]
+        scores = [line["score"] if line["score"] is not None else -1.0 for line in group]
+        assert [line["chosen"] for line in group] == [scores[0] >= scores[1], scores[0] < scores[1]]
