@@ -60,6 +60,10 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reap-interval", type=float, default=defaults.reap_interval_s,
                         help="seconds between expiry sweeps (resume windows, idle sessions, retention)")
     parser.add_argument("--shutdown-grace", type=float, default=defaults.shutdown_grace_s, help="seconds")
+    parser.add_argument("--step-reward", choices=["sparse", "none"], default=defaults.step_reward,
+                        help="the reward of a step on the OpenEnv routes (/ws, POST /step): sparse (0.0 until the "
+                             "terminal step, which carries the episode reward) or none (null until then); per-turn "
+                             "rewards stay on the delayed channel")
     parser.add_argument("--trajectory-log", default=None, help="JSONL file: one line per graded episode")
     parser.add_argument("--grading-workers", type=int, default=None, help="default: CPU count")
     parser.add_argument("--grading-timeout", type=float, default=grading.hard_timeout_s, help="hard kill, seconds")
@@ -86,6 +90,7 @@ def _serve_config(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace_s=args.shutdown_grace,
         reap_interval_s=args.reap_interval,
         trajectory_log=args.trajectory_log,
+        step_reward=args.step_reward,
         grading=GradingConfig(**grading),
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -40,7 +41,16 @@ class ServerConfig(BaseModel):
         retention_s: how long graded reward records stay retrievable.
         max_retained_episodes: cap on retained graded records (oldest dropped first).
         terminal_reward_timeout_s: on the OpenEnv routes, how long the terminal step waits for
-            the episode's grade before answering with ``reward: null``.
+            the episode's grade before answering without it (``reward`` 0.0 and
+            ``metadata.grading: "pending"`` under ``step_reward="sparse"``, ``null`` under
+            ``"none"``; the record stays pullable).
+        step_reward: what the OpenEnv routes (``/ws``, ``POST /step``) send as a step's
+            ``reward``: ``"sparse"`` (default; the convention of Gymnasium and OpenEnv
+            environments and what ``openenv validate`` requires: 0.0 on every step before the
+            last, the episode reward on the terminal step) or ``"none"`` (``null`` before the
+            last step, as openenv-core 0.3.0's echo environment). The per-turn rewards travel
+            on the delayed channel either way (RFC 0003); ``/ws/mux`` steps always send
+            ``null``.
         shutdown_grace_s: on SIGTERM, how long in-flight grading may finish.
         trajectory_log: JSONL file receiving one line per graded episode (all turns, rewards
             and markers); ``None`` disables it.
@@ -63,6 +73,7 @@ class ServerConfig(BaseModel):
     retention_s: float = Field(default=3600.0, gt=0)
     max_retained_episodes: int = Field(default=20_000, ge=1)
     terminal_reward_timeout_s: float = Field(default=120.0, gt=0)
+    step_reward: Literal["sparse", "none"] = "sparse"
     shutdown_grace_s: float = Field(default=30.0, ge=0)
     trajectory_log: str | None = None
     auth_token: str | None = Field(default_factory=lambda: os.environ.get(AUTH_TOKEN_ENV) or None)

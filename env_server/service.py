@@ -76,6 +76,16 @@ class RewardsReply(NamedTuple):
     body: bytes
 
 
+def _with_reward(observation: bytes, reward: float, graded: bool = False) -> bytes:
+    """A stored step payload with ``reward`` set, at the top level and in the observation
+    (and ``metadata.grading: "graded"`` when ``graded``)."""
+    payload = orjson.loads(observation)
+    payload["reward"] = payload["observation"]["reward"] = reward
+    if graded:
+        payload["metadata"]["grading"] = payload["observation"]["metadata"]["grading"] = "graded"
+    return orjson.dumps(payload)
+
+
 class DebateService:
     """Owns the sessions, the episodes, the grader and the problem source.
 
@@ -248,10 +258,12 @@ class DebateService:
 
     async def step_until_graded(self, session_id: str, action: DebateAction, owner: Connection | None = None,
                                 close_when_done: bool = False) -> StepReply:
-        """:meth:`step` as the OpenEnv routes need it: a terminal observation carries the
-        episode reward (stock OpenEnv clients read it there), so the last step waits for
-        grading, up to ``terminal_reward_timeout_s``; after that ``reward`` stays ``null`` and
-        the record can still be pulled. Other sessions keep running meanwhile.
+        """:meth:`step` as the OpenEnv routes need it: a numeric step reward under
+        ``config.step_reward == "sparse"`` (0.0 before the terminal step), and a terminal
+        observation that carries the episode reward (stock OpenEnv clients read it there), so
+        the last step waits for grading, up to ``terminal_reward_timeout_s``; after that the
+        reward is 0.0 (``"sparse"``) or ``null`` (``"none"``) with ``metadata.grading:
+        "pending"``, and the record can still be pulled. Other sessions keep running meanwhile.
 
         Args:
             close_when_done: close the session as soon as the debate is over, before waiting
@@ -262,17 +274,15 @@ class DebateService:
         """
         session = self.sessions.get(session_id, owner)
         entry, reply = self._step(session, action)
+        sparse = self.config.step_reward == "sparse"
         if not reply.done:
-            return reply
+            return StepReply(_with_reward(reply.observation, 0.0), False) if sparse else reply
         if close_when_done:
             self._close(session)
         record = await self._wait_graded(entry, self.config.terminal_reward_timeout_s)
         if record is None:
-            return reply
-        payload = orjson.loads(reply.observation)
-        payload["reward"] = record.episode_reward
-        payload["metadata"]["grading"] = payload["observation"]["metadata"]["grading"] = "graded"
-        return StepReply(orjson.dumps(payload), True)
+            return StepReply(_with_reward(reply.observation, 0.0), True) if sparse else reply
+        return StepReply(_with_reward(reply.observation, record.episode_reward, graded=True), True)
 
     def state(self, session_id: str, owner: Connection | None = None) -> dict[str, Any]:
         """``state``: OpenEnv's ``episode_id``/``step_count`` plus the debate's fields and

@@ -25,7 +25,8 @@ def test_openenv_client_plays_whole_episodes(server_url) -> None:
             assert result.observation["episode_id"] == f"openenv-{seed}"
             answer = problem.answer if correct else "-123456789"
             result = env.step({"role": "solver", "content": rf"My answer: \boxed{{{answer}}}"})
-            assert result.observation["role"] == "verifier" and result.reward is None
+            # sparse numeric step rewards (--step-reward sparse, the default): 0.0 until the last step
+            assert result.observation["role"] == "verifier" and result.reward == 0.0
             result = env.step({"role": "verifier", "content": "VERDICT: CORRECT"})
             assert result.observation["role"] == "judge"
             result = env.step({"role": "judge", "content": rf"\boxed{{{answer}}}"})
