@@ -13,8 +13,11 @@ COPY trainer_client ./trainer_client
 RUN pip install --upgrade pip \
  && if [ -n "$EXTRAS" ]; then pip install ".[${EXTRAS}]"; else pip install .; fi
 
-# Non-root user; grading workers inherit it.
-RUN useradd --create-home --uid 1000 debate
+# Non-root user; grading workers inherit it. /outputs and /cache are where docker-compose.yml
+# mounts named volumes: a fresh named volume takes this ownership, so the user can write there.
+RUN useradd --create-home --uid 1000 debate \
+ && mkdir -p /outputs /cache/huggingface \
+ && chown -R debate:debate /outputs /cache
 USER debate
 
 EXPOSE 8000

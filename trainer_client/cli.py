@@ -149,6 +149,9 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
             oracles = ", ".join(t.name for t in config.replay.teachers if t.kind == "oracle")
             log.info("trace replay uses oracle teachers (%s): this run is GOLD-SUPERVISED (its DPO pairs' chosen "
                      "responses are reference solutions)", oracles)
+    else:
+        log.info("trace replay is off (replay.beta = 0): no teacher is called; set replay.beta and replay.teachers "
+                 "to turn it on")
     reward_runner = ground_truth = None
     if config.reward_function is not None:
         from env_server.problems import load_problem_source
