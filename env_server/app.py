@@ -7,10 +7,13 @@ Routes (openenv-core 0.3.0 shapes unless noted):
 - ``WS /ws``: OpenEnv's one-session-per-connection protocol, and ``WS /ws/mux``: many
   sessions per connection (RFC 0001, batching RFC 0005): ``routes_ws``;
 - ``GET /hints`` (RFC 0002), ``GET /episodes/{episode_id}/rewards`` (RFC 0003), ``GET /stats``:
-  ``routes_extensions``.
+  ``routes_extensions``;
+- ``GET /episodes``, ``GET /episodes/{episode_id}`` and the viewer page ``GET /ui``:
+  ``routes_ui``.
 
 Auth: with a bearer token configured every route but ``/health`` requires it
-(``Authorization: Bearer ...``; WebSockets may pass ``?token=``).
+(``Authorization: Bearer ...``; WebSockets may pass ``?token=``; HTTP routes also accept the
+viewer's cookie, which ``/ui?token=`` sets).
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import env_server
-from env_server.auth import extract_token, token_ok
+from env_server.auth import COOKIE_NAME, extract_token, token_ok
 from env_server.config import ServerConfig
 from env_server.errors import DebateError, InvalidActionError
 from env_server.frames import invalid_action_errors
 from env_server.models import ErrorCode
 from env_server.routes_extensions import extensions_router
 from env_server.routes_openenv import health_router, openenv_router
+from env_server.routes_ui import episodes_router, ui_router
 from env_server.routes_ws import websocket_router
 from env_server.service import DebateService
 
@@ -97,7 +101,8 @@ def create_app(config: ServerConfig | None = None, service: DebateService | None
     app.state.service = service
 
     def require_token(request: Request) -> None:
-        presented = extract_token(request.headers.get("authorization"), request.query_params.get("token"))
+        presented = extract_token(request.headers.get("authorization"), request.query_params.get("token"),
+                                  request.cookies.get(COOKIE_NAME))
         if not token_ok(config.auth_token, presented):
             raise HTTPException(401, detail={"code": ErrorCode.UNAUTHORIZED.value, "message": "missing or wrong bearer token"},
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -120,5 +125,7 @@ def create_app(config: ServerConfig | None = None, service: DebateService | None
     app.include_router(health_router)
     app.include_router(openenv_router(service), dependencies=auth)
     app.include_router(extensions_router(service), dependencies=auth)
+    app.include_router(episodes_router(service), dependencies=auth)
+    app.include_router(ui_router(config.auth_token), dependencies=auth)
     app.include_router(websocket_router(service, config.auth_token))
     return app

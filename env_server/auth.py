@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import hmac
 
-__all__ = ["extract_token", "token_ok"]
+__all__ = ["COOKIE_NAME", "extract_token", "token_ok"]
+
+#: the HttpOnly cookie that ``GET /ui?token=...`` sets, so the viewer page's own requests pass
+COOKIE_NAME = "mathdebate_token"
 
 
-def extract_token(authorization: str | None, query_token: str | None = None) -> str | None:
-    """The presented token: ``Authorization: Bearer <token>`` or, for WebSocket clients that
-    cannot set headers, the ``token`` query parameter."""
+def extract_token(authorization: str | None, query_token: str | None = None, cookie_token: str | None = None) -> str | None:
+    """The presented token: ``Authorization: Bearer <token>``, else, for WebSocket clients that
+    cannot set headers, the ``token`` query parameter, else the viewer's cookie
+    (:data:`COOKIE_NAME`)."""
     if authorization:
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer" and value:
             return value.strip()
-    return query_token or None
+    return query_token or cookie_token or None
 
 
 def token_ok(expected: str | None, presented: str | None) -> bool:

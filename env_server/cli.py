@@ -2,6 +2,7 @@
 
 - ``mathdebate serve``: run the environment server.
 - ``mathdebate play``: drive scripted debates against a server and print a report.
+- ``mathdebate view``: the debate viewer on a trajectory file (``env_server.view``).
 - ``mathdebate train``, ``mathdebate tiny-model``, ``mathdebate demo``: see ``trainer_client.cli``.
 """
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from env_server.config import AUTH_TOKEN_ENV, ServerConfig
 from env_server.grading import GradingConfig
 from env_server.markers import EpisodeMode
+from env_server.view import add_view_command
 
 if TYPE_CHECKING:
     from env_server.play import PlayReport
@@ -259,6 +261,7 @@ def build_parser(extra_commands: Sequence[Callable[[Any], None]] = ()) -> argpar
     play.add_argument("--url", default="http://127.0.0.1:8000")
     add_play_args(play)
     play.set_defaults(func=cmd_play)
+    add_view_command(sub)
     for add in extra_commands:
         add(sub)
     return parser

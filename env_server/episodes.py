@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -114,6 +115,14 @@ class EpisodeStore:
                 episode_id=episode_id,
             )
         return entry
+
+    def graded_newest_first(self) -> Iterator[EpisodeEntry]:
+        """The retained graded episodes, most recently graded first (a lazy view: stop early
+        to read only the newest; do not add or drop episodes while iterating)."""
+        for _, episode_id in reversed(self._graded):
+            entry = self._entries.get(episode_id)
+            if entry is not None and entry.is_graded:
+                yield entry
 
     def mark_graded(self, entry: EpisodeEntry, now: float) -> None:
         """Start the retention clock of a graded episode."""

@@ -50,12 +50,16 @@ ALLOWED: dict[str, set[str]] = {
     "transport_openenv": {"errors", "frames", "models", "service"},
     "routes_openenv": {"errors", "frames", "models", "service"},
     "routes_extensions": {"markers", "models", "service"},
+    "routes_ui": {"auth", "errors", "markers", "models"},  # reads episodes through a source protocol, not the service
     "routes_ws": {"auth", "frames", "models", "service", "transport_mux", "transport_openenv"},
-    "app": {"auth", "config", "errors", "frames", "models", "routes_extensions", "routes_openenv", "routes_ws", "service"},
+    "app": {"auth", "config", "errors", "frames", "models", "routes_extensions", "routes_openenv", "routes_ui", "routes_ws",
+            "service"},
     # clients and tools
     "client": {"markers", "models"},
     "play": {"answers", "client", "markers", "models", "problems"},
-    "cli": {"app", "config", "grading", "markers", "play", "problems"},
+    "cli": {"app", "config", "grading", "markers", "play", "problems", "view"},
+    "view": {"errors", "markers", "models", "problems", "routes_ui"},
+    "asgi": {"app", "cli"},  # the entry module OpenEnv's package layout names (openenv.yaml)
 }
 
 

@@ -112,7 +112,7 @@ class OpenAIPolicy(Policy):
         async with self.gate:
             try:
                 response = await self.client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=request.temperature,  # type: ignore[arg-type]
+                    model=self.model, messages=messages, temperature=request.temperature,  # type: ignore[arg-type]  # openai types messages as TypedDicts; these are the server's plain chat dicts
                     max_tokens=self.options.max_new_tokens, seed=self.options.seed + request.draw, **extra)
             except Exception as exc:  # the openai client has retried; any failure forfeits this turn
                 self.counters["failed"] += 1

@@ -146,7 +146,7 @@ class ScriptedPolicy(Policy):
 
     def _debaters(self, request: TurnRequest) -> ScriptedDebaters:
         key = f"{self.options.seed}:{request.episode_key}:{request.observation.t}:{request.draw}"
-        return ScriptedDebaters(self.kind, self.p, self.options.source, random.Random(key))  # type: ignore[arg-type]
+        return ScriptedDebaters(self.kind, self.p, self.options.source, random.Random(key))  # type: ignore[arg-type]  # kind is checked against the Literal's values in __init__
 
     async def act(self, request: TurnRequest) -> TurnReply:
         from trainer_client.heldout import grade_answer_text

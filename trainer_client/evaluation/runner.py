@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -153,7 +154,7 @@ def final_answer_of(record: EpisodeRewards | None) -> str | None:
 
 class _Run:
     def __init__(self, client: MuxClient, policies: dict[Role, Policy], settings: EvalSettings,
-                 counters: dict[str, int], reward_runner: Any = None) -> None:
+                 counters: Counter[str], reward_runner: Any = None) -> None:
         self.client, self.policies, self.settings = client, policies, settings
         self.counters = counters
         self.reward_runner = reward_runner
@@ -311,8 +312,6 @@ async def evaluate_problems(url: str, problems: Sequence[Problem], policies: dic
         RuntimeError: the server does not serve these problems.
         ValueError: a bad strategy/selection.
     """
-    from collections import Counter
-
     from tqdm import tqdm
 
     if settings.strategy not in ("greedy", "best_of_n", "self_consistency"):
@@ -327,7 +326,7 @@ async def evaluate_problems(url: str, problems: Sequence[Problem], policies: dic
         runner = RewardFunctionRunner(load_reward_function(reward_function or settings.select.removeprefix("reward:")))
     client = MuxClient(url, token)
     await client.connect()
-    run = _Run(client, policies, settings, counters, runner)  # type: ignore[arg-type]
+    run = _Run(client, policies, settings, counters, runner)
     bar = tqdm(total=len(problems), desc=f"eval {settings.strategy} ({settings.mode})", unit="problem",
                disable=not progress)
     results: list[ProblemResult | None] = [None] * len(problems)

@@ -28,10 +28,10 @@ def best_of_n_choice(scores: Sequence[float | None]) -> int:
     """
     if not scores:
         raise ValueError("best-of-N needs at least one sample")
-    best = 0
+    best, best_score = 0, scores[0]
     for i, score in enumerate(scores):
-        if score is not None and (scores[best] is None or score > scores[best]):  # type: ignore[operator]
-            best = i
+        if score is not None and (best_score is None or score > best_score):
+            best, best_score = i, score
     return best
 
 
