@@ -157,8 +157,14 @@ def test_full_preset_on_the_tiny_model_needs_no_config_file() -> None:
 
 def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tiny_model_dir, tmp_path) -> None:
     """What CI can check of `docker compose up` without Docker: the file's structure, and the
-    trainer service's own command, run on CPU against the env service's own command (on
-    loopback, with CPU-sized overrides appended: tiny model, one step, oracle teachers)."""
+    trainer service's own command and config (``${TRAINER_CONFIG:-...}`` at its default), run on
+    CPU against the env service's own command on loopback, with only the CPU overrides: the tiny
+    model, vLLM off, one step, a smaller batch and length, ``sdpo.backend=gkd`` without
+    liger-kernel, and the output directory (the ``/outputs`` volume). No key and no teacher: the
+    default path has trace replay off and says so in one log line."""
+    import importlib.util
+    import re
+
     import yaml
 
     from env_server.cli import free_port, wait_healthy
@@ -167,9 +173,10 @@ def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tin
     env, trainer, teacher = (compose["services"][name] for name in ("env", "trainer", "teacher"))
     assert trainer["depends_on"]["env"]["condition"] == "service_healthy"
     assert trainer["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
-    assert any(v.endswith(":/outputs") for v in trainer["volumes"]) and any("/cache/huggingface" in v for v in trainer["volumes"])
-    assert teacher["profiles"] == ["teacher"]
-    command = trainer["command"]
+    assert "outputs:/outputs" in trainer["volumes"] and "model-cache:/cache/huggingface" in trainer["volumes"]
+    assert teacher["profiles"] == ["teacher"] and "profiles" not in trainer and "profiles" not in env
+    assert "TEACHER_API_KEY" not in str(trainer.get("environment", {}))
+    command = [re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", c) for c in trainer["command"]]  # compose's default substitution
     assert command[command.index("--env-url") + 1] == "http://env:8000"  # the env service by name
 
     port = free_port()
@@ -178,19 +185,42 @@ def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tin
     try:
         wait_healthy(f"http://127.0.0.1:{port}", timeout_s=60, process=server)
         train_cmd = [c.replace("/configs/", f"{REPO}/configs/").replace("http://env:8000", f"http://127.0.0.1:{port}")
-                     .replace("/outputs/", f"{tmp_path}/") for c in command]
-        cpu = ["--model", tiny_model_dir, "--max-steps", "1", "-o", "use_vllm=false", "-o", "sdpo.backend=gkd",
+                     for c in command]
+        cpu = ["--model", tiny_model_dir, "--max-steps", "1", "-o", "use_vllm=false",
                "-o", "per_device_train_batch_size=4", "-o", "num_generations=4", "-o", "gradient_accumulation_steps=1",
-               "-o", "max_completion_length=128", "-o", "report_to=[]", "-o", "save_steps=0",
-               "-o", "replay.teachers=[{name: a, kind: oracle}, {name: b, kind: oracle}]"]
+               "-o", "max_completion_length=128", "-o", f"output_dir={tmp_path / 'out'}"]
+        if importlib.util.find_spec("liger_kernel") is None:
+            cpu += ["-o", "sdpo.backend=gkd"]
         done = subprocess.run([sys.executable, "-m", "trainer_client.cli", *train_cmd[1:], *cpu], cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600,
+                              env={k: v for k, v in os.environ.items() if k != "TEACHER_API_KEY"})
         assert done.returncode == 0, done.stderr[-3000:]
     finally:
         server.terminate()
         server.wait(timeout=60)
-    out = tmp_path / "qwen3-0.6b-full"
-    assert (out / "metrics.jsonl").read_text().strip() and (out / "training.png").exists()
+    assert "trace replay is off (replay.beta = 0)" in done.stderr
+    out = tmp_path / "out"
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1 and (out / "training.png").exists()
+
+
+def test_compose_teacher_profile_config_gpus_and_volumes() -> None:
+    """The teacher path's config (two local-vLLM teachers, no key), the GPU reservations the
+    compose file's header states, and the named volumes the image's user owns."""
+    import yaml
+
+    from trainer_client.config import load_config
+
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    teacher_config = load_config(REPO / "configs" / "gpu_qwen_teacher.yaml")
+    assert teacher_config.replay.beta > 0 and len(teacher_config.replay.teachers) == 2
+    assert {t.base_url for t in teacher_config.replay.teachers} == {"http://teacher:8001/v1"}
+    assert all(t.api_key_env is None for t in teacher_config.replay.teachers)
+    assert load_config(REPO / "configs" / "gpu_qwen.yaml").replay.beta == 0
+    assert {"outputs", "model-cache"} <= set(compose["volumes"])
+    assert "chown -R debate:debate /outputs /cache" in (REPO / "Dockerfile").read_text()
+    gpus = [services[s]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in ("trainer", "teacher")]
+    assert gpus == [["0"], ["1"]]
 
 
 def test_gigpo_with_a_user_reward_function_trains_two_steps(server_url, tiny_model_dir, tmp_path) -> None:
