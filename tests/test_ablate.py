@@ -20,8 +20,10 @@ def test_plan_is_every_preset_shaping_mode_then_the_shuffled_control():
     assert arms[-1] == Arm("baseline", "identity", "debate", shuffle_rewards=True)
     with pytest.raises(ValueError, match="unknown arms"):
         plan_arms(["grpo"], ["identity"], ["debate"], shuffled_control=False)
-    with pytest.raises(ValueError, match="single"):
-        plan_arms(["baseline"], ["identity"], ["single"], shuffled_control=False)
+    modes = plan_arms(["baseline"], ["identity"], ["debate", "single"], shuffled_control=True)
+    assert [a.name for a in modes] == ["baseline", "baseline+single", "shuffled"] and modes[1].mode == "single"
+    with pytest.raises(ValueError, match="unknown modes"):
+        plan_arms(["baseline"], ["identity"], ["tournament"], shuffled_control=False)
 
 
 def test_model_choice_keeps_a_configs_model():
@@ -185,9 +187,9 @@ def test_ablate_rejects_a_bad_plan_in_one_line():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "ablate", "--modes", "single"],
+    done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "ablate", "--modes", "tournament"],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "single" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "tournament" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):

@@ -59,7 +59,8 @@ class Arm:
     Attributes:
         preset: loss channels (``baseline``: GRPO only; ``sdpo``, ``replay``, ``full``).
         shaping: reward-shaping strategy name.
-        mode: ``debate`` (the only mode the server has today).
+        mode: ``debate`` or ``single`` (the single-agent baseline: the solver answers once;
+            RFC 0006), the training config's ``mode``.
         shuffle_rewards: the shuffled-reward control.
     """
 
@@ -82,14 +83,14 @@ def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[s
     """Every preset × shaping × mode, then the shuffled-reward control (baseline, identity, first mode).
 
     Raises:
-        ValueError: an unknown preset or mode (the trainer does not train in ``single`` mode yet).
+        ValueError: an unknown preset or mode.
     """
     unknown = [p for p in presets if p not in PRESET_NAMES]
     if unknown:
         raise ValueError(f"unknown arms {unknown}; choose from {', '.join(PRESET_NAMES)}")
-    if any(m != "debate" for m in modes):
-        raise ValueError("only --modes debate is available: the env server serves single mode (reset mode='single'), "
-                         "but the trainer does not train in it yet")
+    bad_modes = [m for m in modes if m not in ("debate", "single")]
+    if bad_modes:
+        raise ValueError(f"unknown modes {bad_modes}; choose from debate, single")
     arms = [Arm(p, s, m) for p in presets for s in shapings for m in modes]
     if shuffled_control:
         arms.append(Arm("baseline", "identity", modes[0], shuffle_rewards=True))
@@ -259,6 +260,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                 overrides: dict[str, Any] = {
                     "model": str(model_path), "env_url": url, "output_dir": str(run_dir), "seed": seed,
                     "reward_shaping.strategy": arm.shaping, "shuffle_rewards": arm.shuffle_rewards, "problems": problems,
+                    "mode": arm.mode,
                 }
                 if base.max_rounds is None:
                     overrides["max_rounds"] = 1
@@ -395,7 +397,8 @@ def add_ablate_command(sub: Any) -> None:
     ablate = sub.add_parser("ablate", help="train every arm × seed, evaluate held-out accuracy, write a report")
     ablate.add_argument("--arms", nargs="+", default=["baseline"], choices=PRESET_NAMES)
     ablate.add_argument("--shaping", nargs="+", default=["identity"], help="reward-shaping strategies (one arm each)")
-    ablate.add_argument("--modes", nargs="+", default=["debate"], help="episode modes (only 'debate' today)")
+    ablate.add_argument("--modes", nargs="+", default=["debate"],
+                        help="episode modes: debate (solver, verifier, judge) and/or single (the solver alone)")
     ablate.add_argument("--seeds", type=int, default=3)
     ablate.add_argument("--max-steps", type=int, default=None,
                         help="RL steps per run (default: 200 for the tiny model, else the config's max_steps)")

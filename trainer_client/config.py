@@ -185,6 +185,12 @@ class TrainConfig(_Strict):
         max_tool_calling_iterations: model turns per rollout (a debate needs up to
             ``2·max_rounds + 1`` tool calls).
         max_rounds: per-episode override of the server's rounds.
+        mode: the episode mode of every training episode (RFC 0006): ``debate`` (solver,
+            verifier, judge) or ``single`` (the solver answers once and the episode is graded
+            on that answer: the single-agent baseline). In ``single`` mode only solver turns
+            exist, so the verifier and judge channels are empty; shaping strategies that need a
+            verifier's turn fall back as they do for a forfeited one (COMA's counterfactual
+            needs a verdict: the solver keeps its group-mean baseline).
         dataset_size: distinct problems (seeds) in the training dataset.
         rewards_timeout_s: how long to wait for an episode's graded record.
         use_vllm, vllm_mode, vllm_server_base_url, vllm_gpu_memory_utilization: generation
@@ -226,6 +232,7 @@ class TrainConfig(_Strict):
     save_steps: int = Field(default=0, ge=0)
     report_to: list[str] = Field(default_factory=list)
     max_rounds: int | None = Field(default=None, ge=1, le=16)
+    mode: Literal["debate", "single"] = "debate"
     dataset_size: int = Field(default=1024, ge=1)
     rewards_timeout_s: float = Field(default=GRADED_EPISODE_WAIT_S, gt=0)
     use_vllm: bool = False

@@ -213,6 +213,7 @@ class DebateEnvironment:
     _base_url: ClassVar[str] = "http://127.0.0.1:8000"
     _token: ClassVar[str | None] = None
     _max_rounds: ClassVar[int | None] = None
+    _mode: ClassVar[str | None] = None
     _rewards_timeout_s: ClassVar[float] = GRADED_EPISODE_WAIT_S
 
     def __init__(self) -> None:
@@ -239,6 +240,8 @@ class DebateEnvironment:
         kwargs = {k: row[k] for k in ("seed", "problem_id") if row.get(k) is not None}
         if self._max_rounds is not None:
             kwargs["max_rounds"] = self._max_rounds
+        if self._mode is not None:
+            kwargs["mode"] = self._mode
         result = self._with_session(lambda session: session.reset(**kwargs), may_reopen=True)
         self._observation = result.observation
         self._turns = []
@@ -375,7 +378,8 @@ class DebateEnvironment:
 
 
 def environment_factory(base_url: str, token: str | None = None, max_rounds: int | None = None,
-                        rewards_timeout_s: float = GRADED_EPISODE_WAIT_S) -> type[DebateEnvironment]:
+                        rewards_timeout_s: float = GRADED_EPISODE_WAIT_S,
+                        mode: str | None = None) -> type[DebateEnvironment]:
     """The zero-argument factory to pass as ``GRPOTrainer(environment_factory=...)``.
 
     Args:
@@ -383,6 +387,8 @@ def environment_factory(base_url: str, token: str | None = None, max_rounds: int
         token: bearer token, if the server requires one.
         max_rounds: per-episode override of the server's solver/verifier rounds.
         rewards_timeout_s: how long ``get_reward`` waits for the graded record.
+        mode: every episode's mode (``"debate"`` or ``"single"``, RFC 0006); ``None``: the
+            server's ``--mode``.
 
     Returns:
         A :class:`DebateEnvironment` subclass bound to these settings (a class is a zero-arg
@@ -391,5 +397,6 @@ def environment_factory(base_url: str, token: str | None = None, max_rounds: int
     return type(
         "DebateEnvironment",
         (DebateEnvironment,),
-        {"_base_url": base_url, "_token": token, "_max_rounds": max_rounds, "_rewards_timeout_s": rewards_timeout_s},
+        {"_base_url": base_url, "_token": token, "_max_rounds": max_rounds, "_rewards_timeout_s": rewards_timeout_s,
+         "_mode": mode},
     )
