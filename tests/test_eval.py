@@ -115,7 +115,8 @@ def test_per_role_endpoints_and_single_mode(tmp_path, server_url, chat_endpoint)
 
 @pytest.mark.parametrize("mode", ["debate", "single"])
 def test_best_of_n_picks_by_the_verifiers_logprobs(tmp_path, server_url, chat_endpoint, mode):
-    url, _ = chat_endpoint
+    url, fixture = chat_endpoint
+    seen = len(fixture.bodies)
     results = _eval(tmp_path, server_url, "--mode", mode, "--strategy", "best_of_n", "--n", "4", "--max-rounds", "1",
                     "--policy", f"openai:{url}#oracle", "--policy-solver", f"openai:{url}#sampler",
                     "--policy-verifier", f"openai:{url}#verifier-logprobs")
@@ -127,6 +128,10 @@ def test_best_of_n_picks_by_the_verifiers_logprobs(tmp_path, server_url, chat_en
     assert sorted({line["score"] for line in lines}) == pytest.approx([0.2, 0.9])
     assert all(line["rewards"]["episode_reward"] == 1.0 for line in lines if line["chosen"])
     assert results["scoring_episodes"] == (4 * LIMIT if mode == "single" else 0)
+    # each sample's request carries its own seed (endpoints that honour it would repeat a sample otherwise)
+    solver = [b for b in fixture.bodies[seen:] if b["model"] == "sampler"]
+    assert len(solver) == 4 * LIMIT and len({b["seed"] for b in solver}) == 4 * LIMIT
+    assert {b["temperature"] for b in solver} == {1.0}
 
 
 def test_best_of_n_falls_back_to_the_acceptance_rate(tmp_path, server_url, chat_endpoint):

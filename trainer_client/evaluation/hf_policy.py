@@ -86,6 +86,7 @@ class HFPolicy(Policy):
         self.tools = tool_callables()
         self.template = training_chat_template(self.tokenizer)
         self.conversations: dict[str, _Conversation] = {}
+        self.turn_contexts: dict[tuple[str, int], list[int]] = {}  # draw 0's context per (episode, t)
         self.pending: list[_Pending] = []
         self.worker: asyncio.Task[None] | None = None
         self.batches = 0
@@ -95,6 +96,8 @@ class HFPolicy(Policy):
         from trainer_client.heldout import observation_prompt_ids
 
         observation = request.observation
+        if request.draw > 0 and (request.episode_key, observation.t) in self.turn_contexts:
+            return self.turn_contexts[request.episode_key, observation.t]  # more draws on draw 0's context
         conversation = self.conversations.get(request.episode_key)
         if conversation is not None and conversation.next_t == observation.t:
             return conversation.context + self._suffix(observation, conversation.role)
@@ -127,6 +130,7 @@ class HFPolicy(Policy):
         self.counters["completion_tokens"] += len(after) - len(context)
         if request.draw == 0:
             self.conversations[request.episode_key] = _Conversation(after, request.observation.t + 1, request.role)
+            self.turn_contexts[request.episode_key, request.observation.t] = context
         accept_prob = None
         if request.want_accept_prob and request.role is Role.VERIFIER:
             accept_prob = await self._accept_prob(context, after[len(context):], request.observation.t)
@@ -183,3 +187,5 @@ class HFPolicy(Policy):
 
     def episode_done(self, episode_key: str) -> None:
         self.conversations.pop(episode_key, None)
+        for key in [k for k in self.turn_contexts if k[0] == episode_key]:
+            del self.turn_contexts[key]

@@ -24,6 +24,7 @@ import asyncio
 import math
 import os
 import re
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,7 +114,7 @@ class OpenAIPolicy(Policy):
             try:
                 response = await self.client.chat.completions.create(
                     model=self.model, messages=messages, temperature=request.temperature,  # type: ignore[arg-type]  # openai types messages as TypedDicts; these are the server's plain chat dicts
-                    max_tokens=self.options.max_new_tokens, seed=self.options.seed + request.draw, **extra)
+                    max_tokens=self.options.max_new_tokens, seed=self._seed(request), **extra)
             except Exception as exc:  # the openai client has retried; any failure forfeits this turn
                 self.counters["failed"] += 1
                 return TurnReply(None, messages, error=f"{type(exc).__name__}: {exc}"[:500])
@@ -133,6 +134,13 @@ class OpenAIPolicy(Policy):
             accept_prob = accept_prob_from_logprobs(choice.logprobs.content)
         return TurnReply(content, messages, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                          accept_prob=accept_prob)
+
+    def _seed(self, request: TurnRequest) -> int:
+        """A request seed per (run seed, episode, turn, draw): the N samples of best-of-N and
+        self-consistency differ even on endpoints that honour ``seed`` (vLLM), and a rerun
+        sends the same seeds."""
+        key = f"{request.episode_key}:{request.observation.t}:{request.draw}".encode()
+        return (self.options.seed * 1_000_003 + zlib.crc32(key)) % 2**31
 
     async def aclose(self) -> None:
         await self.client.close()
