@@ -98,3 +98,70 @@ def _own_tokens(tokenizer, message: dict) -> list[int]:
     else:
         text = message["content"]
     return [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+
+
+#: ``_spec_hash(learning_spec())`` at the commit before single-mode warm-up episodes existed
+#: (ce24070, computed there): the published learning experiment's cached builds stay valid.
+LEARNING_SPEC_HASH = "88823b0f84ef3bf4"
+
+
+def test_default_warm_up_has_single_mode_episodes_and_the_learning_one_is_unchanged() -> None:
+    """The default model also sees single-mode rollouts (RFC 0006: one submit_solution call on
+    the single-mode solver prompt, then the tool's "debate is over"); the learning experiment's
+    warm-up is the protocol run's, spec hash included."""
+    from trainer_client.env import DEBATE_OVER
+    from trainer_client.tiny_model import TinyModelSpec, _spec_hash, _warm_up_conversations, learning_spec
+
+    spec = default_spec()
+    assert spec["version"] == 8 and spec["single_episodes"] == 40
+    debates, singles = _warm_up_conversations(spec)
+    assert len(debates) == spec["debates"] and len(singles) == 40
+    assert debates == synthetic_debates(spec["debates"], spec["seed"])  # the debates are version 7's
+    for single in singles:
+        assert [m["role"] for m in single] == ["system", "user", "assistant", "tool", "assistant"]
+        assert single[2]["tool_calls"][0]["function"]["name"] == "submit_solution"
+        assert single[3] == {"role": "tool", "name": "submit_solution", "content": DEBATE_OVER}
+        assert "Solve the math problem step by step" in single[1]["content"]  # the single-mode solver prompt
+    debate_problems = {d[1]["content"].split("\n\n")[1] for d in debates}
+    assert not debate_problems & {s[1]["content"].split("\n\n")[1] for s in singles}  # other problems
+
+    learning = learning_spec()
+    assert learning.get("single_episodes", 0) == 0 and learning["version"] == 7
+    assert _spec_hash(learning) == LEARNING_SPEC_HASH
+    assert _warm_up_conversations(learning)[1] == []
+    assert _spec_hash(default_spec()) != _spec_hash(TinyModelSpec(default_spec(), single_episodes=0))
+
+
+def test_single_mode_warm_up_is_a_real_single_mode_rollout(server_url) -> None:
+    """What the warm-up shows the model for a single-mode episode is what the adapter returns on
+    a real server for the same problem: the reset text, then submit_solution's result."""
+    from env_server.problems import ProblemGenerator
+    from trainer_client.env import environment_factory
+
+    (single,) = synthetic_debates(1, seed=7, mode="single")
+    problem = ProblemGenerator().by_seed(10_000 + 7 * 100_000)  # synthetic_debates' first problem for seed 7
+    assert problem.problem in single[1]["content"]
+    env = environment_factory(server_url, mode="single")()
+    assert env.reset(problem_id=problem.problem_id) == single[1]["content"]
+    assert env.submit_solution(single[2]["tool_calls"][0]["function"]["arguments"]["solution"]) == single[3]["content"]
+    record = env.trace.wait_record()
+    assert [turn.role.value for turn in record.turns] == ["solver"] and record.facts.rounds == 0
+
+
+def test_it_calls_submit_solution_on_a_single_mode_prompt(tiny_model_dir) -> None:
+    """The default model's warm-up has single-mode episodes: on the single-mode solver prompt it
+    calls the solver's tool most of the time."""
+    tokenizer = add_response_schema(AutoTokenizer.from_pretrained(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tools = tool_callables()
+    torch.manual_seed(0)
+    hits = 0
+    for single in synthetic_debates(12, seed=default_spec()["seed"] + 99, mode="single"):  # unseen problems
+        prompt = list(tokenizer.apply_chat_template(single[:2], tools=tools, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False))
+        out = model.generate(torch.tensor([prompt]), do_sample=True, temperature=1.0, max_new_tokens=60,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        parsed = parse_response(tokenizer, out[0, len(prompt):].tolist(), prefix=prompt, tools=tools)
+        calls = parsed.get("tool_calls") or []
+        hits += bool(calls) and calls[0]["function"]["name"] == "submit_solution"
+    assert hits >= 6, hits  # most of 12

@@ -155,25 +155,6 @@ def test_full_preset_on_the_tiny_model_needs_no_config_file() -> None:
     assert config.gold_supervised and not load_config(None, "baseline", {"model": "tiny"}).gold_supervised
 
 
-def test_single_mode_trains_on_single_answer_episodes(tiny_model_dir, tmp_path) -> None:
-    """``mode: single`` (the single-agent baseline, RFC 0006): every training episode the server
-    grades is one solver turn (read back from the server's own trajectory log), and all three
-    channels run on it."""
-    from env_server.cli import running_server
-
-    log_path = tmp_path / "trajectories.jsonl"
-    with running_server(["--grading-workers", "1", "--trajectory-log", str(log_path)]) as url:
-        lines = train(url, tiny_model_dir, tmp_path / "single", "full", steps=1, mode="single")
-    assert [line["step"] for line in lines] == [1] and all(key in lines[0] for key in LOSS_KEYS)
-    assert "debate/reward/solver" in lines[0] and "debate/reward/verifier" not in lines[0]
-    episodes = [json.loads(line) for line in log_path.read_text().splitlines()]
-    assert len(episodes) >= 4  # the step's 4 rollouts (more if a rollout's episode was replaced)
-    for episode in episodes:
-        assert [turn["role"] for turn in episode["turns"]] == ["solver"]
-        facts = episode["rewards"]["facts"]
-        assert facts["rounds"] == 0 and facts["verifier_accepted"] is None and facts["judge_correct"] is None
-
-
 def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tiny_model_dir, tmp_path) -> None:
     """What CI can check of `docker compose up` without Docker: the file's structure, and the
     trainer service's own command and config (``${TRAINER_CONFIG:-...}`` at its default), run on

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Arm", "ablation_model", "add_ablate_command", "plan_arms", "run_ablation"]
+__all__ = ["Arm", "ablation_model", "add_ablate_command", "plan_arms", "run_ablation", "run_overrides"]
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     arms = plan_arms(args.arms, args.shaping, args.modes, shuffled_control="shuffled" in args.controls)
+    if "mode" in args.overrides:
+        raise ValueError("-o mode=...: the episode mode is set per arm; use --modes")
     model_name = ablation_model(args.model, args.config)
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
     problems = args.problems or base.problems or (TINY_FAMILY if base.model in TINY_MODELS else None)
@@ -257,19 +259,9 @@ def run_ablation(args: argparse.Namespace) -> Path:
                     continue
                 runs_bar.set_postfix_str(f"{arm.name} seed {seed}")
                 run_dir = out / "runs" / arm.name / f"seed{seed}"
-                overrides: dict[str, Any] = {
-                    "model": str(model_path), "env_url": url, "output_dir": str(run_dir), "seed": seed,
-                    "reward_shaping.strategy": arm.shaping, "shuffle_rewards": arm.shuffle_rewards, "problems": problems,
-                    "mode": arm.mode,
-                }
-                if base.max_rounds is None:
-                    overrides["max_rounds"] = 1
-                if base.model in TINY_MODELS:
-                    overrides.update(TINY_ABLATION_SETTINGS)
-                if args.max_steps is not None:
-                    overrides["max_steps"] = args.max_steps
-                overrides.update(args.overrides)
-                config = load_config(args.config, arm.preset, overrides)
+                config = load_config(args.config, arm.preset, run_overrides(
+                    arm, seed, args, model_path=model_path, env_url=url, run_dir=run_dir, problems=problems,
+                    default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS))
                 steps_bar.reset(total=config.max_steps)
                 start = time.perf_counter()
                 run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
@@ -299,6 +291,30 @@ def run_ablation(args: argparse.Namespace) -> Path:
                                          "finished_rate": episodes.finished_rate}
     write_ablation_report(out, protocol, before_summary, before_correct, results, controls)
     return out
+
+
+def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: str | Path, env_url: str,
+                  run_dir: Path, problems: str | None, default_max_rounds: bool, tiny: bool) -> dict[str, Any]:
+    """The training-config overrides of one (arm, seed) run, applied over ``--config`` and the
+    arm's preset: the model, server, output directory and seed; the arm's reward shaping,
+    shuffled-reward flag and episode ``mode`` (a ``single`` arm trains on single-answer
+    episodes, RFC 0006); ``max_rounds: 1`` where the config leaves the rounds to the server
+    (``default_max_rounds``); :data:`TINY_ABLATION_SETTINGS` for a tiny model; ``--max-steps``;
+    then the ``-o`` overrides (``args.overrides``), except that the arm's mode always wins.
+    """
+    overrides: dict[str, Any] = {
+        "model": str(model_path), "env_url": env_url, "output_dir": str(run_dir), "seed": seed,
+        "reward_shaping.strategy": arm.shaping, "shuffle_rewards": arm.shuffle_rewards, "problems": problems,
+    }
+    if default_max_rounds:
+        overrides["max_rounds"] = 1
+    if tiny:
+        overrides.update(TINY_ABLATION_SETTINGS)
+    if args.max_steps is not None:
+        overrides["max_steps"] = args.max_steps
+    overrides.update(args.overrides)
+    overrides["mode"] = arm.mode
+    return overrides
 
 
 #: The controls ``--controls`` chooses from (all by default).

@@ -188,9 +188,15 @@ class TrainConfig(_Strict):
         mode: the episode mode of every training episode (RFC 0006): ``debate`` (solver,
             verifier, judge) or ``single`` (the solver answers once and the episode is graded
             on that answer: the single-agent baseline). In ``single`` mode only solver turns
-            exist, so the verifier and judge channels are empty; shaping strategies that need a
-            verifier's turn fall back as they do for a forfeited one (COMA's counterfactual
-            needs a verdict: the solver keeps its group-mean baseline).
+            exist, so there are no verifier or judge items (no ``debate/reward/verifier``
+            metric). Every built-in shaping strategy works there, on the solver items alone, so
+            none is refused: ``identity``, ``difference_rewards`` (``G − 0``) and
+            ``reward_mixing`` (the solver's local reward is ``G``) give the raw reward;
+            ``coma_advantage`` keeps the solver's group-mean baseline (its verdict
+            counterfactual has no verdict to read, and no verdict forward pass runs);
+            ``potential_based`` adds its format bonus as in ``debate`` mode. Of the offline
+            models, ``tiny`` is warmed up on single-mode episodes too, ``tiny-learning`` only on
+            debates.
         dataset_size: distinct problems (seeds) in the training dataset.
         rewards_timeout_s: how long to wait for an episode's graded record.
         use_vllm, vllm_mode, vllm_server_base_url, vllm_gpu_memory_utilization: generation

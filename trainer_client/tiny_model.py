@@ -7,7 +7,8 @@ built with the real environment code (``DebateEpisode`` and the adapter's
 ``render_instructions``) and tokenised exactly as TRL's tool loop lays out a rollout: the
 prompt with the tool schemas, then per turn the model's tool call and TRL's tool-result
 suffix. After it, sampling at temperature 1 mostly yields well-formed calls to the right tool,
-with arbitrary answers, so rewards vary.
+with arbitrary answers, so rewards vary. The default model's warm-up also holds single-mode
+episodes (RFC 0006, ``TrainConfig.mode: single``); the learning experiment's holds debates only.
 
 Recipe from TRL's own tests (see shared/reference/trl-notes.md §4): ByteLevel BPE with the
 Qwen special tokens, TRL's bundled ``qwen3.jinja`` chat template (TRL parses tool calls only
@@ -46,9 +47,15 @@ class TinyModelSpec(dict):
 
 
 def default_spec(seed: int = 0) -> TinyModelSpec:
+    """The default tiny model (``model: tiny``; the tests' model): a 2-layer Qwen2 warmed up on
+    ``debates`` one-round synthetic debates of the default problem rotation (random answers and
+    verdicts: the point is the tool-call format) plus ``single_episodes`` single-mode episodes
+    (RFC 0006: the solver's one ``submit_solution`` call, then the tool's "debate is over"), so
+    that a ``mode: single`` run starts from a model that has seen that prompt. Version 8 added
+    the single-mode episodes (40 of the 200 warm-up conversations)."""
     return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
                          intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
-                         learning_rate=4e-3, version=7)
+                         learning_rate=4e-3, single_episodes=40, version=8)
 
 
 #: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
@@ -70,9 +77,12 @@ def learning_spec(seed: int = 0) -> TinyModelSpec:
     TRL's training chat template) step 300 gives 51-55% greedy held-out accuracy (300 validation
     and 200 held-out problems), sampled accuracy 38% and pass@8 82% at temperature 1. (Before the
     fix, the same recipe's curve was 13/25-32/50/81% at steps 200/300/400/600.)"""
-    return TinyModelSpec(default_spec(seed), family="single_digit_sum", answer_accuracy=1.0, wrong_answers=[0, 18],
-                         worked=True, warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, phrase_tokens=True,
-                         vocab_size=2048, sft_steps=300, sft_schedule_steps=600)
+    # No single-mode episodes, and the version the protocol run used: the published experiment's
+    # warm-up (data, order, tokenizer, hash) stays exactly as it was (docs/ablation).
+    return TinyModelSpec(default_spec(seed), single_episodes=0, version=7, family="single_digit_sum",
+                         answer_accuracy=1.0, wrong_answers=[0, 18], worked=True,
+                         warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, phrase_tokens=True, vocab_size=2048,
+                         sft_steps=300, sft_schedule_steps=600)
 
 
 def tool_callables() -> list[Any]:
@@ -100,7 +110,7 @@ def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
 def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None = None,
                       answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | None = None,
                       seed_base: int | None = None, worked: bool = False,
-                      restate: bool = False) -> list[list[dict[str, Any]]]:
+                      restate: bool = False, mode: str = "debate") -> list[list[dict[str, Any]]]:
     """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
     results, then a closing assistant message), played locally with scripted actions.
 
@@ -121,8 +131,16 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
             ending in the boxed answer) instead of a one-word lead-in.
         restate: a worked solution starts by restating the problem verbatim (the same tokens
             as in the prompt, so copying them is an easy first skill for a tiny model).
+        mode: ``"debate"`` or ``"single"`` (RFC 0006: the solver's one ``submit_solution``
+            call on the single-mode solver prompt, then the tool's result, which is
+            ``trainer_client.env.DEBATE_OVER`` as in a real single-mode rollout, and the
+            closing message).
+
+    Raises:
+        ValueError: an unknown ``mode``.
     """
     from env_server.debate import DebateEpisode
+    from env_server.markers import EpisodeMode
     from env_server.models import DebateAction, DebateObservation, Role
     from env_server.problems import ProblemGenerator
     from trainer_client.env import DEBATE_SYSTEM_PROMPT, render_instructions
@@ -137,7 +155,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
 
     for i in range(n):
         problem = generator.by_seed(first_seed + i)
-        episode = DebateEpisode(f"synthetic-{i}", problem, max_rounds=max_rounds, max_action_chars=4096)
+        episode = DebateEpisode(f"synthetic-{i}", problem, max_rounds=max_rounds, max_action_chars=4096,
+                                mode=EpisodeMode(mode))
         messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
                     {"role": "user", "content": render_instructions(observation(episode))}]
         last_answer = problem.answer
@@ -264,8 +283,16 @@ def training_chat_template(tokenizer) -> str | None:
     return get_training_chat_template(tokenizer)
 
 
+#: Spec fields added after a spec was published, with the value that means "as before": a spec
+#: at that value hashes as if the field were absent, so its cached builds stay valid.
+_HASH_NEUTRAL: dict[str, Any] = {"single_episodes": 0}
+
+
 def _spec_hash(spec: TinyModelSpec) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    """The build-cache key of a spec: 16 hex digits of the SHA-256 of its sorted JSON, fields of
+    :data:`_HASH_NEUTRAL` at their neutral value left out."""
+    kept = {k: v for k, v in spec.items() if not (k in _HASH_NEUTRAL and v == _HASH_NEUTRAL[k])}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False,
@@ -293,19 +320,16 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
         return out_dir
 
     torch.manual_seed(spec["seed"])
-    conversations = synthetic_debates(
-        spec["debates"], spec["seed"], family=spec.get("family"), answer_accuracy=spec.get("answer_accuracy", 0.5),
-        wrong_answers=spec.get("wrong_answers"), worked=spec.get("worked", False), restate=spec.get("restate", False),
-        seed_base=None if "warmup_seed_base" not in spec else spec["warmup_seed_base"] + spec["seed"] * 10**6,
-    )
+    conversations, singles = _warm_up_conversations(spec)
     chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tools = tool_callables()
     # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
     bootstrap = _train_tokenizer(SPECIAL_TOKENS, 300, chat_template)
     phrase_tokens = bool(spec.get("phrase_tokens", False))
     template = training_chat_template(bootstrap)
+    # (a few single-mode episodes too, when there are any, so that their prompt has tokens of its own)
     corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False, chat_template=template)
-              for c in conversations[:200 if phrase_tokens else 60]]
+              for c in conversations[:200 if phrase_tokens else 60] + singles[:10]]
     tokenizer = _train_tokenizer(corpus, spec["vocab_size"], chat_template, phrase_tokens=phrase_tokens)
 
     # A phrase-token tokenizer needs an architecture whose AutoTokenizer mapping loads tokenizer.json
@@ -320,7 +344,7 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
         tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(LlamaConfig(**sizes)) if phrase_tokens else Qwen2ForCausalLM(Qwen2Config(**sizes))
-    examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations]
+    examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations + singles]
     _warm_up(model, examples, tokenizer.pad_token_id, spec, progress,
              None if monitor is None else lambda step: monitor(step, model, tokenizer))
 
@@ -329,6 +353,24 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     tokenizer.save_pretrained(out_dir)
     marker.write_text(json.dumps({"hash": _spec_hash(spec), "spec": spec}, indent=2))
     return out_dir
+
+
+def _warm_up_conversations(spec: TinyModelSpec) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+    """A spec's warm-up conversations: ``spec["debates"]`` debates, and ``spec["single_episodes"]``
+    (default 0) single-mode episodes on the problems that follow the debates' (same family or
+    rotation, scripted actions seeded with ``seed + 1``)."""
+    first_seed = (10_000 + spec["seed"] * 100_000 if "warmup_seed_base" not in spec
+                  else spec["warmup_seed_base"] + spec["seed"] * 10**6)
+
+    def play(n: int, seed: int, seed_base: int, mode: str) -> list[list[dict[str, Any]]]:
+        return synthetic_debates(n, seed, family=spec.get("family"), answer_accuracy=spec.get("answer_accuracy", 0.5),
+                                 wrong_answers=spec.get("wrong_answers"), seed_base=seed_base,
+                                 worked=spec.get("worked", False), restate=spec.get("restate", False), mode=mode)
+
+    debates = play(spec["debates"], spec["seed"], first_seed, "debate")
+    n_single = spec.get("single_episodes", 0)
+    singles = play(n_single, spec["seed"] + 1, first_seed + spec["debates"], "single") if n_single else []
+    return debates, singles
 
 
 def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, spec: TinyModelSpec,

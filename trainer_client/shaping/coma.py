@@ -70,6 +70,10 @@ item of i's group}``, i.e. the per-(group, role) mean:
   entry (below).
 - A group with no verifier item: the verifier entry is ``G_i`` (no baseline); likewise the
   solver entry of a group with no solver item.
+- ``single`` mode (RFC 0006; ``TrainConfig.mode``): every rollout is one solver turn, so the
+  batch has solver items only and the result is the solver's group-mean baseline (the same
+  advantages as ``identity`` after GRPO's normalisation). No verdict exists, so the trainer's
+  ``verifier_accept_prob`` forward pass finds no site and runs nothing.
 
 **Entries of other roles' items.** As the contract asks, each returned array fills all ``B``
 indices (entry ``i`` = what the role would get in item ``i``'s episode); the mapping only reads

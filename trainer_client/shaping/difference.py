@@ -10,6 +10,9 @@ complex systems" (2004; difference utilities ``D_i = G(z) − G(z_{−i})``).
 verifier's is the solver's first-answer correctness (so a verifier that turned a wrong first
 answer into a correct final one earns 1, one that talked a correct answer into a wrong one
 earns −1).
+
+In ``single`` mode (RFC 0006) the record has the solver's entry only (0), so ``D_solver = G``:
+the strategy gives what ``identity`` gives.
 """
 
 from __future__ import annotations

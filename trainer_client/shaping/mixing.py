@@ -4,6 +4,9 @@
 the role's own per-turn reward averaged over its turns (``CounterfactualFacts.local_rewards``:
 the solver's answer correctness, the verifier's verdict accuracy). ``α = 1`` is the pure team
 reward, ``α = 0`` pure local credit.
+
+In ``single`` mode (RFC 0006) the solver's local reward is its one answer's correctness, i.e.
+``G``, so ``r_solver = G`` for any ``α``: the strategy gives what ``identity`` gives.
 """
 
 from __future__ import annotations
