@@ -131,10 +131,17 @@ class MuxSession:
         self.episode_id = result.observation.episode_id
         return result
 
-    async def step(self, role: Role | str, content: str) -> StepResult:
+    async def step(self, role: Role | str, content: str, t: int | None = None) -> StepResult:
         """Act as ``role``. Raises :class:`MuxError` (``INVALID_ACTION`` with ``error_kind``)
-        when the action is rejected; the episode is then unchanged."""
-        frame, raw = await self._call("step", {"role": Role(role).value, "content": content})
+        when the action is rejected; the episode is then unchanged.
+
+        ``t`` (RFC 0004 "Re-sent steps"): the turn this action takes. A step re-sent with the
+        ``t`` of a turn already taken (same role and content) answers with the stored reply and
+        acts no second time; another ``t`` raises ``OUT_OF_RANGE``."""
+        data: dict[str, Any] = {"role": Role(role).value, "content": content}
+        if t is not None:
+            data["t"] = t
+        frame, raw = await self._call("step", data)
         return StepResult.from_payload(frame["data"], _payload_bytes(raw))
 
     async def state(self, t: int | None = None, episode_id: str | None = None) -> dict[str, Any]:
@@ -407,8 +414,9 @@ class SyncMuxSession:
         """:meth:`MuxSession.reset`, blocking (same arguments, same :class:`MuxError`)."""
         return self._runner.run(self._session.reset(seed, episode_id, problem_id, max_rounds, mode))
 
-    def step(self, role: Role | str, content: str) -> StepResult:
-        return self._runner.run(self._session.step(role, content))
+    def step(self, role: Role | str, content: str, t: int | None = None) -> StepResult:
+        """:meth:`MuxSession.step`, blocking (same arguments, same :class:`MuxError`)."""
+        return self._runner.run(self._session.step(role, content, t))
 
     def state(self, t: int | None = None, episode_id: str | None = None) -> dict[str, Any]:
         return self._runner.run(self._session.state(t, episode_id))

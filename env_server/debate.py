@@ -136,6 +136,18 @@ class DebateEpisode:
         """The serialised payload of the current observation (what the last reset/step sent)."""
         return self._observations[-1]
 
+    def observation_after(self, t: int) -> bytes:
+        """The payload bytes sent as the reply to turn ``t`` (observation ``t + 1``), for a
+        re-sent step of a turn already taken.
+
+        Raises:
+            OutOfRangeError: turn ``t`` has not been taken.
+        """
+        if not 0 <= t < self.step_count:
+            raise OutOfRangeError(f"turn t={t} has not been taken: the next turn is t={self.step_count}",
+                                  t=t, next_t=self.step_count)
+        return self._observations[t + 1]
+
     def replay(self, t: int) -> bytes:
         """The exact payload bytes of observation ``t``, as sent when it was created.
 

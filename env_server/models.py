@@ -113,12 +113,18 @@ class DebateAction(BaseModel):
     Empty, over-long or wrong-role content validates here and is rejected by the environment
     with a typed error carrying an error kind (``empty_response``, ``too_long``,
     ``role_mismatch``).
+
+    ``t`` (optional, RFC 0004 "Re-sent steps"): the turn this action is meant to take. Equal to
+    the episode's next turn: acts as without it; a turn already taken with this same role and
+    content: nothing is done again and the reply is the observation stored after that turn (a
+    client whose reply was lost re-sends safely); anything else: ``OUT_OF_RANGE``.
     """
 
     model_config = ConfigDict(extra="forbid")
     role: Role
     content: str
     metadata: dict[str, Any] = Field(default_factory=dict)
+    t: int | None = Field(default=None, ge=0, description="the turn this action takes (re-sent steps, RFC 0004)")
 
 
 class DebateObservation(BaseModel):

@@ -29,7 +29,13 @@ import orjson
 from env_server.config import ServerConfig
 from env_server.debate import DebateEpisode, TurnRecord
 from env_server.episodes import EpisodeEntry, EpisodeStore
-from env_server.errors import NoEpisodeError, ShuttingDownError, UnknownEpisodeError, UnknownProblemIdError
+from env_server.errors import (
+    NoEpisodeError,
+    OutOfRangeError,
+    ShuttingDownError,
+    UnknownEpisodeError,
+    UnknownProblemIdError,
+)
 from env_server.grades import Grade
 from env_server.grading import Grader
 from env_server.models import DebateAction, EpisodeRewards, ResetRequest, RewardsStatus
@@ -239,6 +245,9 @@ class DebateService:
     def _step(self, session: Session, action: DebateAction) -> tuple[EpisodeEntry, StepReply]:
         entry = self._current(session)
         episode = entry.episode
+        if action.t is not None and action.t != episode.step_count:
+            session.touch()
+            return entry, self._resent_step(episode, action)
         turn = episode.step(action)
         session.touch()
         self.counters["steps"] += 1
@@ -255,6 +264,22 @@ class DebateService:
                 self._finalizers.add(task)
                 task.add_done_callback(self._finalizers.discard)
         return entry, StepReply(episode.last_observation, done)
+
+    @staticmethod
+    def _resent_step(episode: DebateEpisode, action: DebateAction) -> StepReply:
+        """A step whose ``t`` names a turn already taken (RFC 0004 "Re-sent steps"): the stored
+        reply when the turn was taken with this role and content, nothing done again.
+
+        Raises:
+            OutOfRangeError: ``t`` is ahead of the episode, or the turn was taken with another action.
+        """
+        assert action.t is not None
+        taken = episode.turns[action.t] if action.t < episode.step_count else None
+        if taken is None or taken.role is not action.role or taken.content != action.content:
+            why = "has not been taken" if taken is None else "was taken with another action"
+            raise OutOfRangeError(f"turn t={action.t} {why}: the next turn is t={episode.step_count}",
+                                  t=action.t, next_t=episode.step_count)
+        return StepReply(episode.observation_after(action.t), episode.done and action.t == episode.step_count - 1)
 
     async def step_until_graded(self, session_id: str, action: DebateAction, owner: Connection | None = None,
                                 close_when_done: bool = False) -> StepReply:

@@ -232,3 +232,40 @@ def test_drop_aborts_the_transport_without_a_close_frame(how: str, expected_code
             assert await asyncio.wait_for(seen.get(), 10) == expected_code
 
     run(main())
+
+
+def test_a_re_sent_step_with_its_t_is_answered_from_the_store_and_not_taken_twice(server_url):
+    """RFC 0004 "Re-sent steps": a client that lost a step's reply re-sends it with the turn's
+    ``t`` and gets the same bytes, without a second turn; a wrong ``t`` or another action for a
+    taken turn is OUT_OF_RANGE; over HTTP the same holds."""
+    import httpx
+
+    async def main() -> None:
+        async with MuxClient(server_url) as client:
+            session = await client.open_session()
+            problem = GENERATOR.by_seed(21)
+            await session.reset(problem_id=problem.problem_id, max_rounds=1)
+            first = await session.step("solver", problem.solution, t=0)
+            again = await session.step("solver", problem.solution, t=0)
+            assert again.raw == first.raw and again.observation.role is Role.VERIFIER
+            assert (await session.state())["step_count"] == 1
+            for role, content, t in (("solver", "another answer \\boxed{1}", 0), ("verifier", "VERDICT: CORRECT", 5)):
+                with pytest.raises(MuxError) as error:
+                    await session.step(role, content, t=t)
+                assert error.value.code == "OUT_OF_RANGE" and error.value.data["next_t"] == 1
+            await session.step("verifier", "Fine.\nVERDICT: CORRECT", t=1)
+            last = await session.step("judge", f"\\boxed{{{problem.answer}}}")  # no t: as before
+            assert last.done
+            resent = await session.step("judge", f"\\boxed{{{problem.answer}}}", t=2)  # the terminal turn again
+            assert resent.done and resent.raw == last.raw
+            record = await session.rewards(wait=True, timeout_s=30)
+            assert record is not None and [turn.t for turn in record.turns] == [0, 1, 2]
+
+    run(main())
+    problem = GENERATOR.by_seed(22)
+    with httpx.Client(base_url=server_url, timeout=30) as http:
+        episode_id = http.post("/reset", json={"problem_id": problem.problem_id}).json()["observation"]["episode_id"]
+        action = {"role": "solver", "content": problem.solution, "t": 0}
+        first = http.post("/step", json={"episode_id": episode_id, "action": action}).json()
+        again = http.post("/step", json={"episode_id": episode_id, "action": action}).json()
+        assert again == first and http.get("/state", params={"episode_id": episode_id}).json()["step_count"] == 1
