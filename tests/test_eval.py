@@ -241,7 +241,7 @@ def test_hf_policy_plays_debates_as_the_heldout_evaluation_does(tmp_path, tiny_l
     out = tmp_path / "hf-bon"
     assert main(["eval", "--policy", f"hf:{tiny_learning_dir}", "--problems", "gen:single_digit_sum",
                  "--seed", str(HELDOUT_SEED_BASE), "--limit", "3", "--max-rounds", "1", "--max-new-tokens", "96",
-                 "--strategy", "best_of_n", "--n", "2", "--output-dir", str(out), "--no-progress"]) == 0
+                 "--strategy", "best_of_n", "--n", "2", "--batch-size", "1", "--output-dir", str(out), "--no-progress"]) == 0
     lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     with_verdict = [line for line in lines if "VERDICT: " in line["turns"][1]["content"]]
     assert with_verdict and all(line["score_source"] == "logprobs" and 0.0 < line["score"] < 1.0

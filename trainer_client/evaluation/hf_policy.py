@@ -61,7 +61,7 @@ class _Conversation:
     role: Role
 
 
-@dataclass
+@dataclass(eq=False)  # identity: membership tests must not compare token lists
 class _Pending:
     context: list[int]
     temperature: float
