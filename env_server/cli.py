@@ -67,6 +67,12 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
                              "terminal step, which carries the episode reward) or none (null until then); per-turn "
                              "rewards stay on the delayed channel")
     parser.add_argument("--trajectory-log", default=None, help="JSONL file: one line per graded episode")
+    parser.add_argument("--state-dir", default=None,
+                        help="journal sessions, open episodes and graded records in this directory so that a "
+                             "restart with the same directory resumes them (README: Running for days); "
+                             "default: memory only")
+    parser.add_argument("--state-fsync-interval", type=float, default=defaults.state_fsync_interval_s,
+                        help="seconds between fsyncs of the state journal (0: every write)")
     parser.add_argument("--grading-workers", type=int, default=None, help="default: CPU count")
     parser.add_argument("--grading-timeout", type=float, default=grading.hard_timeout_s, help="hard kill, seconds")
     parser.add_argument("--log-level", default="info")
@@ -92,6 +98,8 @@ def _serve_config(args: argparse.Namespace) -> ServerConfig:
         shutdown_grace_s=args.shutdown_grace,
         reap_interval_s=args.reap_interval,
         trajectory_log=args.trajectory_log,
+        state_dir=args.state_dir,
+        state_fsync_interval_s=args.state_fsync_interval,
         step_reward=args.step_reward,
         grading=GradingConfig(**grading),
     )

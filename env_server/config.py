@@ -57,6 +57,15 @@ class ServerConfig(BaseModel):
         auth_token: bearer token required on HTTP and WebSocket routes (``/health`` excepted);
             defaults to ``$MATHDEBATE_AUTH_TOKEN``; ``None`` disables auth.
         reap_interval_s: period of the reaper (resume windows, idle sessions, retention).
+        state_dir: directory of the state journal (``env_server.journal``): sessions, the
+            actions of open episodes, worker grades and retained records, so that a restart
+            with the same directory (after a crash or ``kill -9``) resumes them; ``None``
+            keeps everything in memory only.
+        state_fsync_interval_s: seconds between fsyncs of the journal (``0``: after every
+            write; slow). A process crash loses nothing acknowledged; a power loss can lose
+            this interval.
+        state_compact_bytes: rewrite the journal as a snapshot of the live state when its
+            file grows past this many bytes.
         grading: the grading pool.
     """
 
@@ -78,4 +87,7 @@ class ServerConfig(BaseModel):
     trajectory_log: str | None = None
     auth_token: str | None = Field(default_factory=lambda: os.environ.get(AUTH_TOKEN_ENV) or None)
     reap_interval_s: float = Field(default=5.0, gt=0)
+    state_dir: str | None = None
+    state_fsync_interval_s: float = Field(default=1.0, ge=0)
+    state_compact_bytes: int = Field(default=256 << 20, ge=1 << 20)
     grading: GradingConfig = Field(default_factory=GradingConfig)

@@ -66,8 +66,13 @@ class EpisodeEntry:
 
     def set_record(self, data: dict[str, Any]) -> None:
         """Store the graded record (``rewards.episode_rewards_data``) serialised, and wake the waiters."""
-        self.record_json = orjson.dumps(data)
-        self.episode_reward = data["episode_reward"]
+        self.set_record_json(orjson.dumps(data), data["episode_reward"])
+
+    def set_record_json(self, record_json: bytes, episode_reward: float) -> None:
+        """Store an already serialised graded record (e.g. recovered from the state journal)
+        with its ``episode_reward``, and wake the waiters."""
+        self.record_json = record_json
+        self.episode_reward = episode_reward
         self.grades = {}
         self.graded.set_result(None)
 
@@ -115,6 +120,10 @@ class EpisodeStore:
                 episode_id=episode_id,
             )
         return entry
+
+    def __iter__(self) -> Iterator[EpisodeEntry]:
+        """Every known episode (live and retained), in the order they were added."""
+        return iter(list(self._entries.values()))
 
     def graded_newest_first(self) -> Iterator[EpisodeEntry]:
         """The retained graded episodes, most recently graded first (a lazy view: stop early

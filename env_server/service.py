@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import IO, Any, NamedTuple
 
 import orjson
@@ -38,6 +38,8 @@ from env_server.errors import (
 )
 from env_server.grades import Grade
 from env_server.grading import Grader
+from env_server.journal import RecoveredState, StateJournal
+from env_server.markers import EpisodeMode, Role
 from env_server.models import DebateAction, EpisodeRewards, ResetRequest, RewardsStatus
 from env_server.payloads import pending_rewards_body, replay_body, rewards_body
 from env_server.problems import ProblemSource, UnknownProblemError, load_problem_source
@@ -115,12 +117,29 @@ class DebateService:
         self._finalizers: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._trajectory: IO[bytes] | None = None
+        #: session id -> graded episodes whose push found the session detached (or that were
+        #: graded shortly before a restart): pushed again when the session re-attaches
+        self._unpushed: dict[str, list[EpisodeEntry]] = {}
+        self.journal = (StateJournal(config.state_dir, self.problems.fingerprint(), config.state_fsync_interval_s,
+                                     config.state_compact_bytes) if config.state_dir else None)
+        self._fsyncer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        """Start the grading pool, the reaper and the trajectory log."""
+        """Start the grading pool, the reaper and the trajectory log; with ``state_dir``,
+        rebuild the journaled state first (sessions wait ``resume_window_s`` from now for
+        their clients).
+
+        Raises:
+            JournalMismatchError: the state directory belongs to another problem source.
+        """
         await self.grader.start()
+        if self.journal is not None:
+            recovered = self.journal.recover()
+            self._restore(recovered)
+            self.journal.start(self._snapshot())
+            self._fsyncer = asyncio.create_task(self._fsync_forever(), name="mathdebate-journal-fsync")
         if self.config.trajectory_log:
             self._trajectory = open(self.config.trajectory_log, "ab", buffering=0)  # noqa: SIM115  the log stays open for the server's lifetime; shutdown() closes it
         self._reaper = asyncio.create_task(self._reap_forever(), name="mathdebate-reaper")
@@ -141,6 +160,10 @@ class DebateService:
             if not_done:
                 log.warning("%d episodes were not graded before shutdown", len(not_done))
         self.grader.close()
+        if self._fsyncer is not None:
+            self._fsyncer.cancel()
+        if self.journal is not None:
+            self.journal.close()
         if self._trajectory is not None:
             self._trajectory.close()
             self._trajectory = None
@@ -158,8 +181,10 @@ class DebateService:
         Raises:
             CapacityError: the server-wide or the per-connection session limit is reached.
         """
-        session = self.sessions.open(kind, owner)
-        return Opened(session.session_id, session.resume_token, self.config.resume_window_s)
+        session, token = self.sessions.open(kind, owner)
+        if self.journal is not None and kind == "mux":
+            self.journal.append(StateJournal.session_frame(session.session_id, session.token_hash, time.time()))
+        return Opened(session.session_id, token, self.config.resume_window_s)
 
     def attach(self, session_id: str, resume_token: str, owner: Connection) -> Attached:
         """Re-attach a ``mux`` session to ``owner`` with its resume token.
@@ -170,6 +195,11 @@ class DebateService:
         session = self.sessions.attach(session_id, resume_token, owner)
         entry = session.entry
         rewards = self._rewards_body(entry) if entry is not None and entry.is_graded else None
+        unpushed = [e for e in self._unpushed.pop(session_id, []) if e is not entry and e.is_graded]
+        if unpushed:  # after the "attached" reply (call_soon runs once this frame is answered)
+            loop = asyncio.get_running_loop()
+            for other in unpushed:
+                loop.call_soon(owner.rewards_ready, session_id, self._rewards_body(other))
         return Attached(session.session_id, self._state_data(entry), rewards)
 
     def detach(self, owner: Connection) -> None:
@@ -225,6 +255,10 @@ class DebateService:
         )
         entry = EpisodeEntry(episode, session.session_id)
         self.episodes.add(entry)
+        if self.journal is not None:
+            self.journal.append(StateJournal.episode_frame(
+                session.session_id, episode.episode_id, problem.problem_id, episode.max_rounds, episode.mode.value,
+                episode.circular_stop, episode.max_action_chars, time.time()))
         self._abandon(session)
         session.entry = entry
         session.touch()
@@ -249,6 +283,8 @@ class DebateService:
             session.touch()
             return entry, self._resent_step(episode, action)
         turn = episode.step(action)
+        if self.journal is not None:  # on disk (page cache) before the reply is queued
+            self.journal.append(StateJournal.action_frame(entry.episode_id, turn.t, turn.role.value, turn.content))
         session.touch()
         self.counters["steps"] += 1
         if turn.needs_grade:
@@ -520,11 +556,19 @@ class DebateService:
     def _close(self, session: Session) -> None:
         with contextlib.suppress(KeyError):
             self.sessions.remove(session.session_id)
+        self._session_gone(session)
         self._abandon(session)
+
+    def _session_gone(self, session: Session) -> None:
+        self._unpushed.pop(session.session_id, None)
+        if self.journal is not None and session.kind == "mux":
+            self.journal.append(StateJournal.closed_frame(session.session_id))
 
     def _abandon(self, session: Session) -> None:
         if session.entry is not None and not session.entry.episode.done:
             self.episodes.discard(session.entry.episode_id)
+            if self.journal is not None:
+                self.journal.append(StateJournal.abandoned_frame(session.entry.episode_id))
         session.entry = None
 
     def _grade(self, entry: EpisodeEntry, turn: TurnRecord) -> Grade | asyncio.Future[Grade]:
@@ -534,7 +578,18 @@ class DebateService:
         quick = self.grader.quick_grade(gold, turn.answer)
         if quick is not None:
             return quick
-        return asyncio.ensure_future(self.grader.grade(gold, turn.answer))
+        future = asyncio.ensure_future(self.grader.grade(gold, turn.answer))
+        if self.journal is not None:
+            future.add_done_callback(lambda done: self._journal_grade(entry.episode_id, turn.t, done))
+        return future
+
+    def _journal_grade(self, episode_id: str, t: int, done: asyncio.Future[Grade]) -> None:
+        """Journal a worker's grade as soon as it is in (a re-grade after a timeout could differ)."""
+        if self.journal is not None and not done.cancelled() and done.exception() is None:
+            try:
+                self.journal.append(StateJournal.grade_frame(episode_id, t, done.result()))
+            except OSError:
+                log.exception("state journal: could not write the grade of %s turn %d", episode_id, t)
 
     async def _finalize(self, entry: EpisodeEntry) -> None:
         for t, grade in list(entry.grades.items()):
@@ -545,8 +600,15 @@ class DebateService:
     def _record(self, entry: EpisodeEntry) -> None:
         """Build, keep, log and push the record of a finished episode whose grades are all done."""
         grades = {t: grade if isinstance(grade, Grade) else grade.result() for t, grade in entry.grades.items()}
-        entry.set_record(episode_rewards_data(entry.episode, grades, graded_at=time.time(), session_id=entry.session_id))
+        graded_at = time.time()
+        entry.set_record(episode_rewards_data(entry.episode, grades, graded_at=graded_at, session_id=entry.session_id))
         self.episodes.mark_graded(entry, time.monotonic())
+        if self.journal is not None:
+            assert entry.record_json is not None
+            try:
+                self.journal.append(StateJournal.record_frame(entry.episode_id, graded_at, entry.record_json))
+            except OSError:  # the record is still pushed and pullable; a restart would re-grade it
+                log.exception("state journal: could not write the record of %s", entry.episode_id)
         self.counters["episodes_graded"] += 1
         self._log_trajectory(entry)
         self._push_rewards(entry)
@@ -555,9 +617,13 @@ class DebateService:
         if entry.session_id is None:
             return
         session = self.sessions.find(entry.session_id)
-        if session is not None and session.owner is not None:  # gone: the record stays pullable by id
-            assert entry.record_json is not None
-            session.owner.rewards_ready(session.session_id, rewards_body(entry.episode_id, entry.record_json))
+        if session is None:  # closed: the record stays pullable by id
+            return
+        if session.owner is None:  # detached: pushed when the session re-attaches
+            self._unpushed.setdefault(session.session_id, []).append(entry)
+            return
+        assert entry.record_json is not None
+        session.owner.rewards_ready(session.session_id, rewards_body(entry.episode_id, entry.record_json))
 
     def _log_trajectory(self, entry: EpisodeEntry) -> None:
         if self._trajectory is None:
@@ -583,7 +649,105 @@ class DebateService:
     def reap(self) -> None:
         """Expire sessions (resume window, idle) and graded records past retention."""
         for session, reason in self.sessions.expired():
+            self._session_gone(session)
             self._abandon(session)
             if session.owner is not None:
                 session.owner.session_closed(session.session_id, reason)
         self.episodes.purge(time.monotonic())
+        if self.journal is not None and self.journal.needs_compaction:
+            self.journal.start(self._snapshot())
+
+    # ------------------------------------------------------------------ the state journal
+
+    async def _fsync_forever(self) -> None:
+        """Fsync the journal every ``state_fsync_interval_s`` (in a thread: the loop goes on)."""
+        assert self.journal is not None
+        interval = self.config.state_fsync_interval_s
+        if interval == 0:
+            return  # every write is fsynced
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.journal.fsync)
+            except OSError:
+                log.exception("state journal: fsync failed")
+
+    def _snapshot(self) -> Iterator[bytes]:
+        """The live state as journal frames: ``mux`` sessions, then every known episode (its
+        start, its actions, its worker grades, its record once graded)."""
+        now_wall, now_mono = time.time(), time.monotonic()
+        for session in self.sessions:
+            if session.kind == "mux":
+                yield StateJournal.session_frame(session.session_id, session.token_hash, now_wall)
+        for entry in self.episodes:
+            episode = entry.episode
+            yield StateJournal.episode_frame(entry.session_id, entry.episode_id, episode.problem.problem_id,
+                                             episode.max_rounds, episode.mode.value, episode.circular_stop,
+                                             episode.max_action_chars, now_wall)
+            for turn in episode.turns:
+                yield StateJournal.action_frame(entry.episode_id, turn.t, turn.role.value, turn.content)
+            if entry.record_json is not None:
+                yield StateJournal.record_frame(entry.episode_id, now_wall - (now_mono - entry.graded_at),
+                                                entry.record_json)
+                continue
+            for t, pending in entry.grades.items():
+                grade: Grade | None = pending if isinstance(pending, Grade) else None
+                if isinstance(pending, asyncio.Future) and pending.done() and not pending.cancelled() \
+                        and pending.exception() is None:
+                    grade = pending.result()
+                if grade is not None and grade.source == "worker":  # unresolved ones are journaled when they resolve
+                    yield StateJournal.grade_frame(entry.episode_id, t, grade)
+
+    def _restore(self, state: RecoveredState) -> None:
+        """Rebuild sessions and episodes from the journal: each episode replays its actions
+        (the debate is deterministic given problem and actions); an episode that was over
+        but not graded is graded now, with the journaled worker grades; records graded
+        within ``resume_window_s`` before the last write are pushed again on re-attach (a
+        push may have been lost with the old process; clients de-duplicate by episode id)."""
+        now_wall, now_mono = time.time(), time.monotonic()
+        for logged in state.sessions.values():
+            self.sessions.restore(logged.session_id, logged.token_hash)
+        graded: list[tuple[float, EpisodeEntry]] = []
+        for logged_episode in state.episodes.values():
+            session = self.sessions.find(logged_episode.session_id) if logged_episode.session_id else None
+            is_graded = logged_episode.record_json is not None
+            if is_graded and now_wall - logged_episode.graded_at > self.config.retention_s:
+                continue
+            try:
+                problem = self.problems.get(logged_episode.problem_id)
+                episode = DebateEpisode(logged_episode.episode_id, problem, logged_episode.max_rounds,
+                                        logged_episode.max_action_chars, EpisodeMode(logged_episode.mode),
+                                        logged_episode.circular_stop)
+                for role, content in logged_episode.actions:
+                    episode.step(DebateAction(role=Role(role), content=content))
+            except Exception:  # one bad episode must not stop the server from recovering the rest
+                log.exception("state journal: episode %s could not be rebuilt; dropped", logged_episode.episode_id)
+                continue
+            if not episode.done and session is None:
+                continue  # its session is gone: abandoned, as it would have been
+            entry = EpisodeEntry(episode, logged_episode.session_id)
+            self.episodes.add(entry)
+            if session is not None:
+                session.entry = entry  # episodes come in start order: the session's latest wins
+            if is_graded:
+                assert logged_episode.record_json is not None
+                entry.set_record_json(logged_episode.record_json,
+                                      orjson.loads(logged_episode.record_json)["episode_reward"])
+                graded.append((logged_episode.graded_at, entry))
+                if session is not None and state.last_write - logged_episode.graded_at <= self.config.resume_window_s:
+                    self._unpushed.setdefault(session.session_id, []).append(entry)
+                continue
+            for turn in episode.turns:  # the journaled worker grades, else graded again
+                if turn.needs_grade:
+                    entry.grades[turn.t] = logged_episode.grades.get(turn.t) or self._grade(entry, turn)
+            if episode.done:
+                task = asyncio.create_task(self._finalize(entry))
+                self._finalizers.add(task)
+                task.add_done_callback(self._finalizers.discard)
+        for graded_at, entry in sorted(graded, key=lambda item: item[0]):
+            self.episodes.mark_graded(entry, now_mono - (now_wall - graded_at))
+        self.counters["sessions_recovered"] = len(state.sessions)
+        self.counters["episodes_recovered"] = len(self.episodes)
+        if state.sessions or state.episodes:
+            log.info("state journal: recovered %d sessions and %d episodes (%d graded)", len(state.sessions),
+                     len(self.episodes), len(graded))

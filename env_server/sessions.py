@@ -12,6 +12,7 @@ A connection can only touch sessions it opened or re-attached.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import secrets
@@ -22,9 +23,14 @@ from typing import Literal, Protocol
 from env_server.episodes import EpisodeEntry
 from env_server.errors import CapacityError, ResumeDeniedError, UnknownSessionError
 
-__all__ = ["Connection", "Session", "SessionKind", "SessionRegistry"]
+__all__ = ["Connection", "Session", "SessionKind", "SessionRegistry", "token_digest"]
 
 SessionKind = Literal["mux", "ws", "http"]
+
+
+def token_digest(token: str) -> bytes:
+    """The SHA-256 of a resume token (32 bytes): what the server keeps and journals."""
+    return hashlib.sha256(token.encode()).digest()
 
 
 class Connection(Protocol):
@@ -49,11 +55,13 @@ class Connection(Protocol):
 class Session:
     """One session. ``entry`` is the current (or last) episode, ``None`` before the first reset."""
 
-    __slots__ = ("created_at", "detached_at", "entry", "kind", "last_active", "owner", "resume_token", "session_id")
+    __slots__ = ("created_at", "detached_at", "entry", "kind", "last_active", "owner", "session_id", "token_hash")
 
-    def __init__(self, kind: SessionKind, owner: Connection | None) -> None:
-        self.session_id = os.urandom(16).hex()  # 128 random bits, as uuid4 (cheaper)
-        self.resume_token = secrets.token_urlsafe(24) if kind == "mux" else ""
+    def __init__(self, kind: SessionKind, owner: Connection | None, session_id: str | None = None,
+                 token_hash: bytes = b"") -> None:
+        self.session_id = session_id or os.urandom(16).hex()  # 128 random bits, as uuid4 (cheaper)
+        #: SHA-256 of the resume token (``mux`` only; the token itself is handed out once)
+        self.token_hash = token_hash
         self.kind: SessionKind = kind
         self.owner = owner
         self.entry: EpisodeEntry | None = None
@@ -88,8 +96,9 @@ class SessionRegistry:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))
 
-    def open(self, kind: SessionKind, owner: Connection | None = None) -> Session:
-        """Create a session owned by ``owner``.
+    def open(self, kind: SessionKind, owner: Connection | None = None) -> tuple[Session, str]:
+        """Create a session owned by ``owner``. Returns it and its resume token (``mux``: 32
+        URL-safe random characters, handed out only here; other kinds: ``""``).
 
         Raises:
             CapacityError: the server-wide or the per-connection limit is reached.
@@ -104,10 +113,19 @@ class SessionRegistry:
                 f"Connection at capacity: {len(owner.session_ids)}/{self.max_per_connection} sessions.",
                 active_sessions=len(owner.session_ids), max_sessions=self.max_per_connection, scope="connection",
             )
-        session = Session(kind, owner)
+        token = secrets.token_urlsafe(24) if kind == "mux" else ""
+        session = Session(kind, owner, token_hash=token_digest(token) if token else b"")
         self._sessions[session.session_id] = session
         if owner is not None:
             owner.session_ids.add(session.session_id)
+        return session, token
+
+    def restore(self, session_id: str, token_hash: bytes) -> Session:
+        """Add a ``mux`` session recovered from the state journal, detached: it waits
+        ``resume_window_s`` from now for its client to re-attach with its resume token."""
+        session = Session("mux", None, session_id, token_hash)
+        session.detached_at = time.monotonic()
+        self._sessions[session_id] = session
         return session
 
     def get(self, session_id: str, owner: Connection | None = None) -> Session:
@@ -139,7 +157,7 @@ class SessionRegistry:
         session = self._sessions.get(session_id)
         if session is None:
             raise UnknownSessionError(f"no session {session_id!r} (closed or past its resume window)", session_id=session_id)
-        if session.kind != "mux" or not hmac.compare_digest(session.resume_token.encode(), resume_token.encode()):
+        if session.kind != "mux" or not hmac.compare_digest(session.token_hash, token_digest(resume_token)):
             raise ResumeDeniedError(f"resume token does not match session {session_id!r}", session_id=session_id)
         if session.owner is owner:
             return session

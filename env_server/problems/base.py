@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,3 +64,17 @@ class ProblemSource(ABC):
     @abstractmethod
     def __len__(self) -> int:
         """Number of distinct problems (the generator reports its seed space)."""
+
+    def fingerprint_problems(self) -> list[Problem]:
+        """The problems :meth:`fingerprint` hashes: all of them for a finite source (override
+        where that is too many); the generator hashes a sample."""
+        return [self.by_seed(seed) for seed in range(len(self))]
+
+    def fingerprint(self) -> str:
+        """A hex SHA-256 of this source's name, size and problems (ids, statements, answers):
+        a state journal written for one source refuses another (``--state-dir``)."""
+        digest = hashlib.sha256(f"{self.name}\0{len(self)}".encode())
+        for problem in self.fingerprint_problems():
+            for value in astuple(problem):
+                digest.update(b"\0" + str(value).encode())
+        return digest.hexdigest()[:32]

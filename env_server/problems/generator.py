@@ -203,6 +203,11 @@ class ProblemGenerator(ProblemSource):
             raise ValueError(f"seed must be >= 0, got {seed}")
         return self._make(self.families[seed % len(self.families)], seed % self.SEEDS)
 
+    def fingerprint_problems(self) -> list[Problem]:
+        """Two problems of each family (the seed space is too large to hash): a change of the
+        families or of a family's code changes the fingerprint."""
+        return [self.by_seed(seed) for seed in range(2 * len(self.families))]
+
     def get(self, problem_id: str) -> Problem:
         parts = problem_id.split("/")
         if len(parts) != 3 or parts[0] != "gen" or parts[1] not in self.families or not parts[2].isdigit():
