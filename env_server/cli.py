@@ -73,6 +73,8 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
                              "default: memory only")
     parser.add_argument("--state-fsync-interval", type=float, default=defaults.state_fsync_interval_s,
                         help="seconds between fsyncs of the state journal (0: every write)")
+    parser.add_argument("--state-compact-bytes", type=int, default=defaults.state_compact_bytes,
+                        help="rewrite the state journal as a snapshot of the live state past this size")
     parser.add_argument("--grading-workers", type=int, default=None, help="default: CPU count")
     parser.add_argument("--grading-timeout", type=float, default=grading.hard_timeout_s, help="hard kill, seconds")
     parser.add_argument("--log-level", default="info")
@@ -100,6 +102,7 @@ def _serve_config(args: argparse.Namespace) -> ServerConfig:
         trajectory_log=args.trajectory_log,
         state_dir=args.state_dir,
         state_fsync_interval_s=args.state_fsync_interval,
+        state_compact_bytes=args.state_compact_bytes,
         step_reward=args.step_reward,
         grading=GradingConfig(**grading),
     )

@@ -200,6 +200,46 @@ def test_damaged_journal_tail_is_reported_and_the_rest_recovered(tmp_path) -> No
     assert "damaged or truncated tail" in log_path.read_text()
 
 
+def test_compaction_while_serving_keeps_the_live_state(tmp_path) -> None:
+    """With a 1 MB compaction threshold, 1,000 graded debates (about 1.6 MB of journal) make
+    the server rewrite its journal as a snapshot while serving; after ``kill -9`` and a
+    restart, the records and an open episode are all there."""
+    state_dir, port, log_path = tmp_path / "state", free_port(), tmp_path / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    extra = ("--state-compact-bytes", str(1 << 20), "--reap-interval", "0.2")
+
+    async def scenario() -> None:
+        client = MuxClient(url)
+        with durable_server(state_dir, port, log_path, *extra) as server:
+            sessions = [await client.open_session() for _ in range(50)]
+            episode_ids: list[str] = []
+            for round_ in range(20):
+                resets = await asyncio.gather(*(s.reset(seed=round_ * 50 + i) for i, s in enumerate(sessions)))
+                episode_ids += [r.observation.episode_id for r in resets]
+                for t, role in enumerate(("solver", "verifier", "judge")):
+                    answers = [PROBLEMS.get(r.observation.problem_id).answer for r in resets]
+                    await asyncio.gather(*(s.step(role, "VERDICT: CORRECT" if role == "verifier" else f"\\boxed{{{a}}}", t=t)
+                                           for s, a in zip(sessions, answers, strict=True)))
+            await asyncio.gather(*(s.rewards() for s in sessions))
+            await asyncio.sleep(0.5)  # a reaper pass: compaction
+            journals = sorted(state_dir.glob("journal-*.log"))
+            assert len(journals) == 1 and journals[0].name != "journal-000001.log", journals
+            open_episode = (await sessions[0].reset(seed=99_999)).observation.episode_id
+            await sessions[0].step("solver", "\\boxed{1}", t=0)
+            server.send_signal(signal.SIGKILL)
+            server.wait(timeout=30)
+        await client.drop()
+        with durable_server(state_dir, port, log_path, *extra):
+            for e in episode_ids[::37]:
+                assert _http_rewards(url, e)["status"] == "graded"
+            await client.reconnect()
+            state = await sessions[0].state()
+            assert state["episode_id"] == open_episode and state["step_count"] == 1
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_journal_recovers_the_frames_before_a_corrupted_one(tmp_path, caplog) -> None:
     """In-process: a flipped byte in the third frame's payload fails its checksum; the two
     frames before it are recovered and the offset and size of the dropped tail are logged."""
