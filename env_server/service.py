@@ -619,8 +619,9 @@ class DebateService:
         session = self.sessions.find(entry.session_id)
         if session is None:  # closed: the record stays pullable by id
             return
-        if session.owner is None:  # detached: pushed when the session re-attaches
-            self._unpushed.setdefault(session.session_id, []).append(entry)
+        if session.owner is None:  # detached (mux: pushed when it re-attaches; HTTP: pull only)
+            if session.kind == "mux":
+                self._unpushed.setdefault(session.session_id, []).append(entry)
             return
         assert entry.record_json is not None
         session.owner.rewards_ready(session.session_id, rewards_body(entry.episode_id, entry.record_json))
