@@ -41,9 +41,10 @@ ALLOWED: dict[str, set[str]] = {
     "rewards": {"debate", "grades", "markers"},
     "episodes": {"debate", "errors", "grades", "models"},
     "sessions": {"episodes", "errors"},
+    "journal": {"grades", "markers"},  # the state journal: frames of plain values, no domain objects
     # the facade: no wire envelopes (frames), no transport
-    "service": {"config", "debate", "episodes", "errors", "grades", "grading", "models", "payloads", "problems",
-                "rewards", "sessions"},
+    "service": {"config", "debate", "episodes", "errors", "grades", "grading", "journal", "markers", "models",
+                "payloads", "problems", "rewards", "sessions"},
     # transports and the app: through the service only (no sessions, episodes, debate)
     "frames": {"errors", "markers", "models"},
     "transport_mux": {"errors", "frames", "models", "service"},
