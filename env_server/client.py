@@ -9,8 +9,17 @@ One connection carries many sessions::
         ...
         record = await session.rewards()          # the delayed-reward record (EpisodeRewards)
 
-After a dropped connection, ``await client.reconnect()`` re-attaches every session with its
-resume token; rewards graded meanwhile are delivered on re-attachment.
+When the connection goes away (a server restart, a cut network), the client reconnects on its
+own with exponential backoff and jitter, re-attaches every session with its resume token and
+re-sends the requests that were waiting for a reply; callers only see a slower reply. Re-sending
+is safe: every step carries its turn index ``t`` (RFC 0004, "Re-sent steps": a step already taken
+answers with its stored reply and acts no second time), a reset carries an ``episode_id`` the
+client chose (a reset that already happened is recognised and its observation replayed), and
+``state``/``rewards``/``ping`` only read. Rewards graded meanwhile are pushed on re-attachment;
+each episode's record is kept once. A session the server no longer knows (restarted without
+``--state-dir``, or past its resume window) is lost: its calls raise :class:`SessionLostError`.
+``reconnect=False`` restores the plain behaviour (``ConnectionError``; ``await
+client.reconnect()`` re-attaches by hand).
 
 By default the client batches (RFC 0005): every request made during one event-loop iteration
 (e.g. the steps of a whole GRPO group issued with ``asyncio.gather``) goes out in one WebSocket
@@ -21,6 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import os
+import random
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -32,12 +44,17 @@ import websockets
 from env_server.models import MAX_BATCH_FRAMES, DebateObservation, EpisodeMode, EpisodeRewards, Role
 
 __all__ = [
+    "DEFAULT_RECONNECT_BUDGET_S",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_REWARDS_TIMEOUT_S",
     "GRADED_EPISODE_WAIT_S",
-    "MuxClient", "MuxError", "MuxSession", "StepResult", "SyncMuxClient", "SyncMuxSession"]
+    "MuxClient", "MuxError", "MuxSession", "SessionLostError", "StepResult", "SyncMuxClient", "SyncMuxSession"]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+DEFAULT_RECONNECT_BUDGET_S = 120.0
+"""How long a client keeps trying to reconnect after losing its connection, seconds."""
 
 DEFAULT_REQUEST_TIMEOUT_S = 120.0
 """How long a request waits for its reply before ``TimeoutError``, seconds."""
@@ -60,6 +77,12 @@ class MuxError(Exception):
         super().__init__(f"{data.get('code')}: {data.get('message')}")
         self.code: str = data.get("code", "")
         self.data = data
+
+
+class SessionLostError(MuxError):
+    """The session is gone from the server (it restarted without ``--state-dir``, or the
+    session outlived its resume window): open a new one. ``code`` is the refusal of the
+    re-attachment (``UNKNOWN_SESSION`` or ``RESUME_DENIED``)."""
 
 
 @dataclass
@@ -105,9 +128,15 @@ class MuxSession:
         self.resume_token = resume_token
         self.episode_id: str | None = None
         self.closed_reason: str | None = None
+        #: the turn the next step takes (the last observation's ``t``); sent with every step
+        self.next_t = 0
+        #: set when the session is gone from the server (:class:`SessionLostError`)
+        self.lost: SessionLostError | None = None
         self._records: dict[str, EpisodeRewards] = {}
 
     async def _call(self, type_: str, data: dict[str, Any] | None = None) -> tuple[dict[str, Any], bytes]:
+        if self.lost is not None:
+            raise self.lost
         return await self.client._request({"type": type_, "session_id": self.session_id, "data": data or {}})
 
     async def reset(self, seed: int | None = None, episode_id: str | None = None, problem_id: str | None = None,
@@ -118,31 +147,49 @@ class MuxSession:
             seed, episode_id, problem_id, max_rounds: as ``ResetRequest``.
             mode: ``"debate"`` or ``"single"`` (RFC 0006); default: the server's ``--mode``.
 
+        With the client's ``reconnect`` on and no ``episode_id`` given, the client picks one
+        (128 random bits), so a reset re-sent after a lost connection is recognised.
+
         Raises:
             MuxError: the server refused (``VALIDATION_ERROR`` for an unknown mode or an
                 out-of-range value, ``UNKNOWN_PROBLEM``, ``EPISODE_ID_IN_USE``, ...).
+            SessionLostError: the session is gone from the server.
         """
         if isinstance(mode, EpisodeMode):
             mode = mode.value
+        chosen = episode_id is None and self.client.reconnect_enabled
+        if chosen:
+            episode_id = os.urandom(16).hex()
         data = {k: v for k, v in {"seed": seed, "episode_id": episode_id, "problem_id": problem_id,
                                   "max_rounds": max_rounds, "mode": mode}.items() if v is not None}
-        frame, raw = await self._call("reset", data)
-        result = StepResult.from_payload(frame["data"], _payload_bytes(raw))
+        try:
+            frame, raw = await self._call("reset", data)
+            result = StepResult.from_payload(frame["data"], _payload_bytes(raw))
+        except MuxError as exc:
+            if not (chosen and exc.code == "EPISODE_ID_IN_USE"):
+                raise
+            # our own id: the reset was re-sent after a lost reply and had already happened
+            replay = await self.state(t=0, episode_id=episode_id)
+            result = StepResult.from_payload(orjson.loads(replay["observation_raw"]), replay["observation_raw"])
         self.episode_id = result.observation.episode_id
+        self.next_t = result.observation.t
         return result
 
     async def step(self, role: Role | str, content: str, t: int | None = None) -> StepResult:
         """Act as ``role``. Raises :class:`MuxError` (``INVALID_ACTION`` with ``error_kind``)
         when the action is rejected; the episode is then unchanged.
 
-        ``t`` (RFC 0004 "Re-sent steps"): the turn this action takes. A step re-sent with the
-        ``t`` of a turn already taken (same role and content) answers with the stored reply and
-        acts no second time; another ``t`` raises ``OUT_OF_RANGE``."""
-        data: dict[str, Any] = {"role": Role(role).value, "content": content}
-        if t is not None:
-            data["t"] = t
+        ``t`` (RFC 0004 "Re-sent steps"): the turn this action takes; default: the turn after
+        the last observation this session received (``next_t``). A step re-sent with the ``t``
+        of a turn already taken (same role and content) answers with the stored reply and
+        acts no second time; another ``t`` raises ``OUT_OF_RANGE``. Raises
+        :class:`SessionLostError` when the session is gone from the server."""
+        data: dict[str, Any] = {"role": Role(role).value, "content": content,
+                                "t": self.next_t if t is None else t}
         frame, raw = await self._call("step", data)
-        return StepResult.from_payload(frame["data"], _payload_bytes(raw))
+        result = StepResult.from_payload(frame["data"], _payload_bytes(raw))
+        self.next_t = max(self.next_t, result.observation.t)
+        return result
 
     async def state(self, t: int | None = None, episode_id: str | None = None) -> dict[str, Any]:
         """The current state, or with ``t`` ``{"t", "episode_id", "observation"}`` where
@@ -172,8 +219,12 @@ class MuxSession:
         return self._records.get(frame["data"]["episode_id"])
 
     async def close(self) -> None:
-        """Close the session on the server."""
-        await self._call("close")
+        """Close the session on the server (a session already gone counts as closed)."""
+        try:
+            await self._call("close")
+        except MuxError as exc:
+            if exc.code != "UNKNOWN_SESSION" and not isinstance(exc, SessionLostError):
+                raise
         self.client._sessions.pop(self.session_id, None)
 
     def _on_rewards(self, data: dict[str, Any]) -> None:
@@ -194,10 +245,16 @@ class MuxClient:
             one frame per message.
         max_batch_bytes: a batch is sent as soon as it holds this many bytes; keep it at or
             below the server's ``--max-frame-bytes`` (default 1 MiB), which limits a message.
+        reconnect: reconnect on its own when the connection goes away (module docstring);
+            ``False``: pending requests fail with ``ConnectionError``.
+        reconnect_budget_s: how long to keep trying before pending requests fail with
+            ``ConnectionError``; tries start 50 ms apart and double up to 2 s, each with up to
+            100% random jitter.
     """
 
     def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 max_frame_bytes: int = 64 << 20, batch: bool = True, max_batch_bytes: int = 512 << 10) -> None:
+                 max_frame_bytes: int = 64 << 20, batch: bool = True, max_batch_bytes: int = 512 << 10,
+                 reconnect: bool = True, reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S) -> None:
         url = base_url.rstrip("/")
         url = url.replace("https://", "wss://", 1).replace("http://", "ws://", 1)
         self.url = url if url.endswith("/ws/mux") else url + "/ws/mux"
@@ -216,19 +273,37 @@ class MuxClient:
         self._sessions: dict[str, MuxSession] = {}
         self._ws: Any = None
         self._reader: asyncio.Task[None] | None = None
+        self.reconnect_enabled = reconnect
+        self.reconnect_budget_s = reconnect_budget_s
+        #: reconnections done on the client's own (for logs and tests)
+        self.reconnects = 0
+        #: request id -> its encoded frame, while waiting for a reply (re-sent after a reconnect)
+        self._frames: dict[int, bytes] = {}
+        self._recovery: asyncio.Task[None] | None = None
+        self._closing = False
 
     @property
     def sessions(self) -> list[MuxSession]:
         return list(self._sessions.values())
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up (``False`` while reconnecting)."""
+        return self._ws is not None and self._recovery is None
+
     async def connect(self) -> MuxClient:
-        """Open the connection (idempotent)."""
+        """Open the connection (idempotent; while reconnecting, wait for it)."""
+        if self._recovery is not None and self._recovery is not asyncio.current_task():
+            await asyncio.shield(self._recovery)
         if self._ws is None:
-            headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-            self._ws = await websockets.connect(self.url, additional_headers=headers, max_size=self.max_frame_bytes,
-                                                ping_interval=20, ping_timeout=60)
-            self._reader = asyncio.create_task(self._read_loop())
+            await self._open_socket()
         return self
+
+    async def _open_socket(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        self._ws = await websockets.connect(self.url, additional_headers=headers, max_size=self.max_frame_bytes,
+                                            ping_interval=20, ping_timeout=60, open_timeout=10)
+        self._reader = asyncio.create_task(self._read_loop())
 
     async def __aenter__(self) -> MuxClient:
         return await self.connect()
@@ -238,34 +313,121 @@ class MuxClient:
 
     async def close(self) -> None:
         """Close the connection (sessions stay on the server for the resume window)."""
-        self._outbox, self._outbox_bytes = [], 0  # unsent requests fail with ConnectionError
-        if self._ws is not None:
-            await self._ws.close()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
-        self._ws = None
-        self._reader = None
+        self._closing = True
+        try:
+            await self._stop_recovery()
+            self._fail_pending(ConnectionError("the client closed its connection"))
+            self._outbox, self._outbox_bytes = [], 0  # unsent requests fail with ConnectionError
+            if self._ws is not None:
+                await self._ws.close()
+            if self._reader is not None:
+                await asyncio.gather(self._reader, return_exceptions=True)
+            self._ws = None
+            self._reader = None
+        finally:
+            self._closing = False
 
-    async def drop(self) -> None:
+    async def _stop_recovery(self) -> None:
+        if self._recovery is not None and self._recovery is not asyncio.current_task():
+            self._recovery.cancel()
+            await asyncio.gather(self._recovery, return_exceptions=True)
+            self._recovery = None
+
+    async def drop(self, reconnect: bool = False) -> None:
         """Lose the connection abruptly, as a crashed process or a cut network does: the TCP
         transport is aborted with no WebSocket close frame (the server sees an unclean
         disconnect, code 1006). Sessions stay on the server for the resume window; pending
-        requests fail with ``ConnectionError``. For tests of resumption."""
-        self._outbox, self._outbox_bytes = [], 0
-        if self._ws is not None:
-            self._ws.transport.abort()
-        if self._reader is not None:
-            await asyncio.gather(self._reader, return_exceptions=True)
-        self._ws = None
-        self._reader = None
+        requests fail with ``ConnectionError`` and the client does not reconnect on its own
+        (``reconnect=True`` here: it does, as after any lost connection). For tests of
+        resumption."""
+        if reconnect:
+            if self._ws is not None:
+                self._ws.transport.abort()
+            return
+        self._closing = True
+        try:
+            await self._stop_recovery()
+            self._outbox, self._outbox_bytes = [], 0
+            if self._ws is not None:
+                self._ws.transport.abort()
+            else:
+                self._fail_pending(ConnectionError("connection to the env server dropped"))
+            if self._reader is not None:
+                await asyncio.gather(self._reader, return_exceptions=True)
+            self._ws = None
+            self._reader = None
+        finally:
+            self._closing = False
 
     async def reconnect(self) -> None:
-        """Open a new connection and re-attach every known session with its resume token."""
+        """Open a new connection and re-attach every known session with its resume token
+        (sessions the server no longer knows are marked lost: :class:`SessionLostError`)."""
         await self.close()
         await self.connect()
-        for session in list(self._sessions.values()):
-            await self._request({"type": "attach", "session_id": session.session_id,
-                                 "data": {"resume_token": session.resume_token}})
+        await self._reattach()
+
+    async def _reattach(self) -> None:
+        async def attach(session: MuxSession) -> None:
+            try:
+                await self._request({"type": "attach", "session_id": session.session_id,
+                                     "data": {"resume_token": session.resume_token}}, resend=False, wait=False)
+            except MuxError as exc:
+                if exc.code not in ("UNKNOWN_SESSION", "RESUME_DENIED"):
+                    raise
+                session.lost = SessionLostError({**exc.data, "message": f"session lost: {exc.data.get('message')}"})
+
+        await asyncio.gather(*(attach(s) for s in list(self._sessions.values()) if s.lost is None))
+
+    def _connection_lost(self) -> None:
+        """The read loop ended without ``close``: reconnect in the background."""
+        if self._recovery is None:
+            self._recovery = asyncio.ensure_future(self._recover())
+
+    async def _recover(self) -> None:
+        """Reconnect with backoff, re-attach, re-send every request still waiting; after
+        ``reconnect_budget_s`` without success, fail them with ``ConnectionError``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.reconnect_budget_s
+        delay = 0.05
+        self._ws, self._reader = None, None
+        self._outbox, self._outbox_bytes = [], 0
+        try:
+            while True:
+                try:
+                    await self._open_socket()
+                    await self._reattach()
+                    break
+                except (OSError, asyncio.TimeoutError, websockets.WebSocketException, ConnectionError) as exc:
+                    if self._ws is not None:
+                        self._ws.transport.abort()
+                        self._ws = None
+                    if loop.time() + delay > deadline:
+                        log.warning("could not reconnect to %s within %.0fs: %s", self.url, self.reconnect_budget_s, exc)
+                        self._fail_pending(ConnectionError(f"connection to the env server lost: {exc}"))
+                        return
+                    await asyncio.sleep(delay * (1 + random.random()))
+                    delay = min(2 * delay, 2.0)
+            self.reconnects += 1
+            log.info("reconnected to %s; re-sending %d requests", self.url, len(self._frames))
+            for request_id, encoded in list(self._frames.items()):
+                session = self._sessions.get(orjson.loads(encoded).get("session_id") or "")
+                future = self._pending.get(request_id)
+                if future is None or future.done():
+                    continue
+                if session is not None and session.lost is not None:
+                    future.set_exception(session.lost)
+                elif self.batch:
+                    self._enqueue(encoded)
+                else:
+                    assert self._ws is not None
+                    await self._ws.send(encoded.decode())
+        finally:
+            self._recovery = None
+
+    def _fail_pending(self, error: Exception) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
 
     async def open_session(self) -> MuxSession:
         """Open a new session. Raises :class:`MuxError` (``CAPACITY_REACHED``) at a limit."""
@@ -293,13 +455,20 @@ class MuxClient:
         await self.connect()
         await self._ws.send(text)
 
-    async def _request(self, frame: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        await self.connect()
+    async def _request(self, frame: dict[str, Any], resend: bool = True,
+                       wait: bool = True) -> tuple[dict[str, Any], bytes]:
+        """Send ``frame`` with a fresh request id and return the reply (frame, raw bytes).
+        ``resend``: re-send it after a reconnect; ``wait``: wait for a reconnect in progress
+        first (``False`` only for the re-attachment the reconnect itself sends)."""
+        if wait:
+            await self.connect()
         request_id = next(self._ids)
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        encoded = orjson.dumps({**frame, "request_id": request_id})
+        if resend and self.reconnect_enabled:
+            self._frames[request_id] = encoded
         try:
-            encoded = orjson.dumps({**frame, "request_id": request_id})
             if self.batch:
                 self._enqueue(encoded)
             else:
@@ -307,6 +476,7 @@ class MuxClient:
             reply, raw = await asyncio.wait_for(future, self.request_timeout_s)
         finally:
             self._pending.pop(request_id, None)
+            self._frames.pop(request_id, None)
         if reply["type"] == "error":
             raise MuxError(reply["data"])
         return reply, raw
@@ -323,7 +493,7 @@ class MuxClient:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._outbox:
+        if not self._outbox or self._ws is None:  # no connection: a reconnect re-sends them
             return
         message = (b"[" + b",".join(self._outbox) + b"]").decode()
         self._outbox, self._outbox_bytes = [], 0
@@ -353,9 +523,15 @@ class MuxClient:
         except websockets.ConnectionClosed:
             pass
         finally:
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(ConnectionError("connection to the env server closed"))
+            lost = ConnectionError("connection to the env server closed")
+            if self._recovery is not None:  # a reconnect attempt failed: its attach requests fail
+                for request_id, future in self._pending.items():
+                    if request_id not in self._frames and not future.done():
+                        future.set_exception(lost)
+            elif self._ws is ws and self.reconnect_enabled and not self._closing:
+                self._connection_lost()  # pending requests wait, and are re-sent
+            elif self._ws is ws or self._closing:
+                self._fail_pending(lost)
 
     def _on_frame(self, frame: dict[str, Any], raw: bytes) -> None:
         request_id = frame.get("request_id")
@@ -435,9 +611,11 @@ class SyncMuxClient:
     several threads share the one connection."""
 
     def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
-                 batch: bool = True) -> None:
+                 batch: bool = True, reconnect: bool = True,
+                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S) -> None:
         self._runner = _LoopThread()
-        self._client = MuxClient(base_url, token, request_timeout_s, batch=batch)
+        self._client = MuxClient(base_url, token, request_timeout_s, batch=batch, reconnect=reconnect,
+                                 reconnect_budget_s=reconnect_budget_s)
         self._runner.run(self._client.connect())
 
     def open_session(self) -> SyncMuxSession:
