@@ -181,6 +181,9 @@ def print_report(report: PlayReport, title: str) -> None:
     rows += [(f"mean reward: {role}", "n/a" if summary[f"reward/{role}"] is None else f"{summary[f'reward/{role}']:.3f}")
              for role in ("solver", "verifier", "judge")]
     rows += [(f"error kind: {kind}", str(n)) for kind, n in sorted(report.error_kinds.items())]
+    if len(report.per_replica) > 1 or report.replays:
+        rows += [(f"episodes on {url}", str(n)) for url, n in sorted(report.per_replica.items())]
+        rows += [("episodes replayed elsewhere", str(report.replays))]
     rows += [
         ("steps/s", f"{summary['steps_per_s']:.1f}"),
         ("step latency p50 / p99 (ms)", f"{summary['step_p50_ms']:.2f} / {summary['step_p99_ms']:.2f}"),
@@ -199,7 +202,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     report = asyncio.run(play(
         args.url, problems, args.episodes, args.concurrency, args.policy, args.p, args.seed, args.connections,
         token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
-        mode=args.mode,
+        mode=args.mode, replay_after_s=getattr(args, "replay_after", 30.0),
     ))
     print_report(report, f"mathdebate play: {args.policy} policy on {problems.name}")
     if args.json:
@@ -269,7 +272,10 @@ def build_parser(extra_commands: Sequence[Callable[[Any], None]] = ()) -> argpar
     _add_serve_args(serve)
     serve.set_defaults(func=cmd_serve)
     play = sub.add_parser("play", help="drive scripted debates over /ws/mux and print a report")
-    play.add_argument("--url", default="http://127.0.0.1:8000")
+    play.add_argument("--url", default="http://127.0.0.1:8000",
+                      help="the server, or several replicas comma-separated (sessions go to the least-loaded)")
+    play.add_argument("--replay-after", type=float, default=30.0,
+                      help="seconds a session's replica may stay unreachable before its episode is played elsewhere")
     add_play_args(play)
     play.set_defaults(func=cmd_play)
     add_view_command(sub)

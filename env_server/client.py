@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_REWARDS_TIMEOUT_S",
     "GRADED_EPISODE_WAIT_S",
+    "LoopThread",
     "MuxClient", "MuxError", "MuxSession", "SessionLostError", "StepResult", "SyncMuxClient", "SyncMuxSession"]
 
 T = TypeVar("T")
@@ -137,7 +138,16 @@ class MuxSession:
     async def _call(self, type_: str, data: dict[str, Any] | None = None) -> tuple[dict[str, Any], bytes]:
         if self.lost is not None:
             raise self.lost
-        return await self.client._request({"type": type_, "session_id": self.session_id, "data": data or {}})
+        try:
+            return await self.client._request({"type": type_, "session_id": self.session_id, "data": data or {}})
+        except MuxError as exc:
+            lost = self._lost_error()  # (a method: set by the reconnect while this request waited)
+            if lost is not None and exc.code == "UNKNOWN_SESSION":
+                raise lost from None
+            raise
+
+    def _lost_error(self) -> SessionLostError | None:
+        return self.lost
 
     async def reset(self, seed: int | None = None, episode_id: str | None = None, problem_id: str | None = None,
                     max_rounds: int | None = None, mode: EpisodeMode | str | None = None) -> StepResult:
@@ -281,6 +291,7 @@ class MuxClient:
         self._frames: dict[int, bytes] = {}
         self._recovery: asyncio.Task[None] | None = None
         self._closing = False
+        self._connecting = asyncio.Lock()
 
     @property
     def sessions(self) -> list[MuxSession]:
@@ -291,12 +302,19 @@ class MuxClient:
         """Whether the connection is up (``False`` while reconnecting)."""
         return self._ws is not None and self._recovery is None
 
+    @property
+    def reconnecting(self) -> bool:
+        """Whether the client is reconnecting after a lost connection."""
+        return self._recovery is not None
+
     async def connect(self) -> MuxClient:
         """Open the connection (idempotent; while reconnecting, wait for it)."""
         if self._recovery is not None and self._recovery is not asyncio.current_task():
             await asyncio.shield(self._recovery)
         if self._ws is None:
-            await self._open_socket()
+            async with self._connecting:  # concurrent first requests open one connection
+                if self._ws is None:
+                    await self._open_socket()
         return self
 
     async def _open_socket(self) -> None:
@@ -554,8 +572,9 @@ class MuxClient:
 # --------------------------------------------------------------------------- sync wrapper
 
 
-class _LoopThread:
-    """An event loop running in a daemon thread."""
+class LoopThread:
+    """An event loop running in a daemon thread; :meth:`run` runs a coroutine on it and
+    blocks for the result (the synchronous facades' engine)."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -573,9 +592,14 @@ class _LoopThread:
 class SyncMuxSession:
     """Blocking facade of :class:`MuxSession` (same methods, no ``await``)."""
 
-    def __init__(self, session: MuxSession, runner: _LoopThread) -> None:
+    def __init__(self, session: MuxSession, runner: LoopThread) -> None:
         self._session = session
         self._runner = runner
+
+    @property
+    def session(self) -> MuxSession:
+        """The asynchronous session behind this facade."""
+        return self._session
 
     @property
     def session_id(self) -> str:
@@ -613,7 +637,7 @@ class SyncMuxClient:
     def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  batch: bool = True, reconnect: bool = True,
                  reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S) -> None:
-        self._runner = _LoopThread()
+        self._runner = LoopThread()
         self._client = MuxClient(base_url, token, request_timeout_s, batch=batch, reconnect=reconnect,
                                  reconnect_budget_s=reconnect_budget_s)
         self._runner.run(self._client.connect())

@@ -17,6 +17,7 @@ and step latency. With ``mode="single"`` every episode is the solver's one answe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import Counter
@@ -24,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from env_server.answers import final_answer
-from env_server.client import GRADED_EPISODE_WAIT_S, MuxClient, MuxError
+from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, SessionLostError
 from env_server.models import DebateObservation, EpisodeRewards, Role
 from env_server.problems import Problem, ProblemSource
+from env_server.replicas import NoReplicaError, ReplicaPool
 
 __all__ = ["PlayReport", "ScriptedDebaters", "play"]
 
@@ -98,6 +100,10 @@ class PlayReport:
     error_kinds: Counter[str] = field(default_factory=Counter)
     step_latencies: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    #: episodes played again from the start on another replica after theirs was lost
+    replays: int = 0
+    #: episodes per replica URL (where each graded episode was played)
+    per_replica: Counter[str] = field(default_factory=Counter)
 
     def add(self, record: EpisodeRewards) -> None:
         self.episodes += 1
@@ -134,12 +140,18 @@ class PlayReport:
             "steps_per_s": round(self.steps / self.seconds, 1) if self.seconds else 0.0,
             "step_p50_ms": round(self.latency_ms(0.50), 2),
             "step_p99_ms": round(self.latency_ms(0.99), 2),
+            "replays": self.replays,
+            "per_replica": dict(self.per_replica),
         }
 
 
-async def _play_episode(client: MuxClient, debaters: ScriptedDebaters, problem: Problem, report: PlayReport,
+#: times one episode is played again elsewhere before it counts as failed
+MAX_REPLAYS = 3
+
+
+async def _play_episode(pool: ReplicaPool, debaters: ScriptedDebaters, problem: Problem, report: PlayReport,
                         max_rounds: int | None, mode: str | None = None) -> None:
-    session = await client.open_session()
+    session = await pool.open_session()
     try:
         result = await session.reset(problem_id=problem.problem_id, max_rounds=max_rounds, mode=mode)
         believed_correct = False
@@ -163,17 +175,25 @@ async def _play_episode(client: MuxClient, debaters: ScriptedDebaters, problem: 
             report.errors["rewards_timeout"] += 1
         else:
             report.add(record)
+            report.per_replica[pool.replica_of(session)] += 1
     finally:
-        await session.close()
+        if session.lost is None and not session.client.reconnecting:
+            # a replica that died after the record arrived: nothing to close, and the
+            # episode must not count as lost (it would be played twice)
+            with contextlib.suppress(ConnectionError, asyncio.TimeoutError):
+                await session.close()
 
 
 async def play(url: str, problems: ProblemSource, episodes: int, concurrency: int, policy: Policy = "noisy",
                p: float = 0.3, seed: int = 0, connections: int = 1, token: str | None = None,
-               max_rounds: int | None = None, progress: bool = True, mode: str | None = None) -> PlayReport:
-    """Play ``episodes`` debates, ``concurrency`` at a time, over ``connections`` connections.
+               max_rounds: int | None = None, progress: bool = True, mode: str | None = None,
+               replay_after_s: float = 30.0) -> PlayReport:
+    """Play ``episodes`` debates, ``concurrency`` at a time, over ``connections`` connections
+    per server.
 
     Args:
-        url: server address (``http://host:port``).
+        url: server address (``http://host:port``), or several replicas comma-separated:
+            each session goes to the least-loaded healthy one (``env_server.replicas``).
         problems: the same problem source the server serves.
         episodes: how many debates; problem ``i`` is ``problems.by_seed(seed + i)``.
         concurrency: debates in flight at once (each on its own session).
@@ -185,6 +205,9 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
         progress: show a tqdm progress bar.
         mode: ``"debate"`` or ``"single"`` for every episode (RFC 0006); ``None``: the
             server's default.
+        replay_after_s: how long a session's server may stay unreachable (the reconnect
+            budget) before its episode is played again from the start on another replica
+            (counted in ``replays``); a session the server lost is replayed at once.
 
     Returns:
         The aggregated :class:`PlayReport`.
@@ -192,9 +215,7 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
     from tqdm import tqdm
 
     debaters = ScriptedDebaters(policy, p, problems, random.Random(seed))
-    clients = [MuxClient(url, token) for _ in range(max(1, connections))]
-    for client in clients:
-        await client.connect()
+    pools = [ReplicaPool(url, token, reconnect_budget_s=replay_after_s) for _ in range(max(1, connections))]
     report = PlayReport()
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(episodes):
@@ -202,14 +223,25 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
     bar = tqdm(total=episodes, desc=f"debates ({policy})", unit="ep", disable=not progress)
 
     async def worker(k: int) -> None:
-        client = clients[k % len(clients)]
+        pool = pools[k % len(pools)]
         while True:
             try:
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
             try:
-                await _play_episode(client, debaters, problems.by_seed(seed + i), report, max_rounds, mode)
+                for attempt in range(MAX_REPLAYS + 1):
+                    try:
+                        await _play_episode(pool, debaters, problems.by_seed(seed + i), report, max_rounds, mode)
+                        break
+                    except NoReplicaError:
+                        raise
+                    except (SessionLostError, ConnectionError):  # its replica is gone: play it elsewhere
+                        if attempt == MAX_REPLAYS:
+                            report.failed += 1
+                            report.errors["replica_lost"] += 1
+                        else:
+                            report.replays += 1
             except MuxError as exc:
                 report.failed += 1
                 report.errors[exc.code] += 1
@@ -226,6 +258,5 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
     finally:
         report.seconds = time.perf_counter() - start
         bar.close()
-        for client in clients:
-            await client.close()
+        await asyncio.gather(*(pool.close() for pool in pools))
     return report

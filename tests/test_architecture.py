@@ -57,7 +57,8 @@ ALLOWED: dict[str, set[str]] = {
             "service"},
     # clients and tools
     "client": {"markers", "models"},
-    "play": {"answers", "client", "markers", "models", "problems"},
+    "replicas": {"client"},
+    "play": {"answers", "client", "markers", "models", "problems", "replicas"},
     "cli": {"app", "config", "grading", "markers", "play", "problems", "view"},
     "view": {"errors", "markers", "models", "problems", "routes_ui"},
     "asgi": {"app", "cli"},  # the entry module OpenEnv's package layout names (openenv.yaml)

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from env_server import cli as server_cli
+from env_server.replicas import parse_urls
 from trainer_client.config import TINY_MODELS
 
 __all__ = ["demo_config", "main", "parse_overrides", "run_training", "tiny_model_path"]
@@ -95,11 +96,13 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     token = config.env_token
-    try:
-        server_cli.wait_healthy(config.env_url, timeout_s=30)
-    except RuntimeError as exc:
-        raise ConnectionError(f"env server at {config.env_url} is not reachable: start `mathdebate serve`") from exc
-    hints = _fetch_json(f"{config.env_url}/hints", token)
+    env_urls = parse_urls(config.env_url)
+    for url in env_urls:  # every replica must be up at start (later, sessions go to the healthy ones)
+        try:
+            server_cli.wait_healthy(url, timeout_s=30)
+        except RuntimeError as exc:
+            raise ConnectionError(f"env server at {url} is not reachable: start `mathdebate serve`") from exc
+    hints = _fetch_json(f"{env_urls[0]}/hints", token)
 
     torch.manual_seed(config.seed)
     model, tokenizer = _load_model(config.model, output_dir)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from env_server.client import GRADED_EPISODE_WAIT_S
 from env_server.config import AUTH_TOKEN_ENV
@@ -173,7 +173,8 @@ class TrainConfig(_Strict):
     Attributes:
         model: a Hugging Face causal LM id or path, or an offline tiny model (``"tiny"``,
             ``"tiny-learning"``; see :data:`TINY_MODELS`).
-        env_url: the env server.
+        env_url: the env server, or several replicas as a comma-separated string (a YAML list
+            is joined): each session goes to the least-loaded healthy replica.
         env_token_env: environment variable holding the server's bearer token, if any.
         problems: the server's problem source (only the oracle teacher needs it).
         output_dir: metrics, plot, checkpoints and pairs go here.
@@ -220,6 +221,13 @@ class TrainConfig(_Strict):
 
     model: str = "tiny"
     env_url: str = "http://127.0.0.1:8000"
+
+    @field_validator("env_url", mode="before")
+    @classmethod
+    def _join_env_urls(cls, value: Any) -> Any:
+        """A YAML list of replica URLs becomes the comma-separated form."""
+        return ",".join(str(v) for v in value) if isinstance(value, list) else value
+
     env_token_env: str = AUTH_TOKEN_ENV
     problems: str | None = None
     output_dir: str = "outputs/train"

@@ -6,7 +6,14 @@ message of the prompt), optional ``get_reward() -> float``, and public methods w
 docstringed arguments that become the model's tools. Here:
 
 - one instance = one session on the env server, opened over a **shared** multiplexed
-  connection (one WebSocket per process and server, whatever the number of rollouts);
+  connection (one WebSocket per process and server, whatever the number of rollouts); with
+  several servers (replicas: a list or a comma-separated string of URLs) each session is placed
+  on the least-loaded healthy one (``env_server.replicas``);
+- a restarted or unreachable server does not lose the episode: the client reconnects on its own
+  and re-sends what was in flight (a server with ``--state-dir`` resumes the session); when the
+  session is gone (a restart without state) or its replica stays down past the reconnect budget,
+  the episode is replayed on another (or the restarted) replica on the same ``problem_id`` with
+  the same actions, which the debate reproduces exactly, and counted (``replays``);
 - the tools are role-typed: ``submit_solution`` (solver), ``submit_verdict`` (verifier),
   ``submit_final_answer`` (judge); each returns the next role's instructions, rendered from the
   server's observation, or raises (TRL shows the model ``{"error": ...}``) when the server
@@ -26,12 +33,15 @@ property, so TRL does not see it as a tool).
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, StepResult, SyncMuxClient, SyncMuxSession
+from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, SessionLostError, StepResult, SyncMuxSession
 from env_server.models import DebateObservation, EpisodeRewards, Role
+from env_server.replicas import SyncReplicaPool, parse_urls
 
 __all__ = [
     "DEBATE_SYSTEM_PROMPT",
@@ -131,17 +141,24 @@ class TurnLog:
     observation: str | None = None
 
 
-_CLIENTS: dict[tuple[str, str | None], SyncMuxClient] = {}
+log = logging.getLogger(__name__)
+
+_CLIENTS: dict[tuple[tuple[str, ...], str | None], SyncReplicaPool] = {}
 _CLIENTS_LOCK = threading.Lock()
+#: how long a session's replica may stay unreachable before its episode is replayed elsewhere, s
+REPLAY_AFTER_S = 30.0
 
 
-def shared_client(base_url: str, token: str | None = None) -> SyncMuxClient:
-    """The process-wide multiplexed connection to ``base_url`` (created on first use)."""
-    key = (base_url, token)
+def shared_client(base_url: str | Sequence[str], token: str | None = None,
+                  replay_after_s: float = REPLAY_AFTER_S) -> SyncReplicaPool:
+    """The process-wide connections to the env server(s) ``base_url`` (one URL, a list, or a
+    comma-separated string): one multiplexed connection per replica, created on first use.
+    ``replay_after_s`` is the reconnect budget of each connection (the first caller's wins)."""
+    key = (tuple(parse_urls(base_url)), token)
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
-            client = _CLIENTS[key] = SyncMuxClient(base_url, token)
+            client = _CLIENTS[key] = SyncReplicaPool(key[0], token, reconnect_budget_s=replay_after_s)
         return client
 
 
@@ -210,16 +227,20 @@ class DebateEnvironment:
     """One debate session (see the module docstring). Use :func:`environment_factory` to bind
     a server; the class attributes below are its settings."""
 
-    _base_url: ClassVar[str] = "http://127.0.0.1:8000"
+    _base_url: ClassVar[str | tuple[str, ...]] = "http://127.0.0.1:8000"
     _token: ClassVar[str | None] = None
     _max_rounds: ClassVar[int | None] = None
     _mode: ClassVar[str | None] = None
     _rewards_timeout_s: ClassVar[float] = GRADED_EPISODE_WAIT_S
+    _replay_after_s: ClassVar[float] = REPLAY_AFTER_S
 
     def __init__(self) -> None:
-        self._client = shared_client(self._base_url, self._token)
+        self._client = shared_client(self._base_url, self._token, self._replay_after_s)
         self._session: SyncMuxSession | None = None
         self._observation: DebateObservation | None = None
+        self._reset_kwargs: dict[str, Any] = {}
+        #: the episode's accepted actions (role, content), in order: what a replay re-sends
+        self._actions: list[tuple[Role, str]] = []
         self._turns: list[TurnLog] = []
         self._record: EpisodeRewards | None = None
         self._trace = EpisodeTrace(self)
@@ -243,6 +264,8 @@ class DebateEnvironment:
         if self._mode is not None:
             kwargs["mode"] = self._mode
         result = self._with_session(lambda session: session.reset(**kwargs), may_reopen=True)
+        self._reset_kwargs = {**kwargs, "problem_id": result.observation.problem_id}
+        self._actions = []
         self._observation = result.observation
         self._turns = []
         self._record = None
@@ -298,7 +321,7 @@ class DebateEnvironment:
         if self._record is None:
             self._finish(None)
             assert self._session is not None
-            record = self._session.rewards(wait=True, timeout_s=self._rewards_timeout_s)
+            record = self._with_session(lambda session: session.rewards(wait=True, timeout_s=self._rewards_timeout_s))
             if record is None:
                 raise TimeoutError(
                     f"no rewards for episode {self._session.episode_id} after {self._rewards_timeout_s:.0f}s: "
@@ -341,7 +364,7 @@ class DebateEnvironment:
         except MuxError as exc:  # rejected (empty, too long): the turn is not consumed
             raise ValueError(str(exc.data.get("message", exc))) from None
         returned = render_instructions(result.observation)
-        self._log(result, role, source, returned)
+        self._log(result, role, content, source, returned)
         return returned
 
     def _send(self, role: Role, content: str, source: str) -> None:
@@ -351,24 +374,31 @@ class DebateEnvironment:
         except MuxError as exc:
             if exc.code != "INVALID_ACTION":
                 raise
-            result = self._with_session(lambda session: session.step(role, _FORFEIT))
+            content = _FORFEIT
+            result = self._with_session(lambda session: session.step(role, content))
             source = "forfeit"
-        self._log(result, role, source, None)
+        self._log(result, role, content, source, None)
 
-    def _log(self, result: StepResult, role: Role, source: str, returned: str | None) -> None:
+    def _log(self, result: StepResult, role: Role, content: str, source: str, returned: str | None) -> None:
         seen = render_instructions(self._observation) if self._observation is not None else None
+        self._actions.append((role, content))
         self._observation = result.observation
         self._turns.append(TurnLog(result.observation.t - 1, role, source, returned, seen))
 
     def _with_session(self, call, may_reopen: bool = False):
-        """Run ``call(session)``. After a dropped connection, reconnect (re-attaching the
-        session) and retry once; on ``reset`` also reopen a session the server reaped."""
+        """Run ``call(session)``. The connection re-attaches on its own after a drop; when the
+        session is gone (server restarted without state, reaped) or its replica stayed down
+        past the reconnect budget, a new session is placed on a healthy replica, the episode
+        is replayed there (``reset``: just reopened) and ``call`` runs once more."""
         if self._session is None:
             self._session = self._client.open_session()
         try:
             return call(self._session)
-        except ConnectionError:
-            self._client.reconnect()
+        except (ConnectionError, SessionLostError) as exc:
+            log.warning("env session %s lost (%s): continuing on a new session", self._session.session_id, exc)
+            self._session = self._client.open_session()
+            if not may_reopen and self._observation is not None:
+                self._replay_episode()
             return call(self._session)
         except MuxError as exc:
             if not (may_reopen and exc.code == "UNKNOWN_SESSION"):
@@ -376,14 +406,41 @@ class DebateEnvironment:
             self._session = self._client.open_session()
             return call(self._session)
 
+    def _replay_episode(self) -> None:
+        """Replay the current episode on the (new) session: same problem, same settings, the
+        same accepted actions in order. The debate is deterministic given these, so every
+        observation equals the original except for the episode id (checked: role, turn, round
+        and transcript of the last one). Counted in the pool's ``replays``.
 
-def environment_factory(base_url: str, token: str | None = None, max_rounds: int | None = None,
+        Raises:
+            RuntimeError: the replayed debate diverged (the server changed its rules).
+        """
+        assert self._session is not None and self._observation is not None
+        before = self._observation
+        result = self._session.reset(**self._reset_kwargs)
+        for role, content in self._actions:
+            result = self._session.step(role, content)
+        after = result.observation
+        if (after.role, after.t, after.round, after.transcript) != (before.role, before.t, before.round,
+                                                                     before.transcript):
+            raise RuntimeError(f"episode {before.episode_id} replayed on problem {before.problem_id} diverged at "
+                               f"t={after.t}")
+        self._observation = after
+        self._client.count_replay()
+        log.warning("episode %s replayed as %s on %s (replays so far: %d)", before.episode_id, after.episode_id,
+                    self._client.replica_of(self._session), self._client.replays)
+
+
+def environment_factory(base_url: str | Sequence[str], token: str | None = None, max_rounds: int | None = None,
                         rewards_timeout_s: float = GRADED_EPISODE_WAIT_S,
-                        mode: str | None = None) -> type[DebateEnvironment]:
+                        mode: str | None = None, replay_after_s: float = REPLAY_AFTER_S) -> type[DebateEnvironment]:
     """The zero-argument factory to pass as ``GRPOTrainer(environment_factory=...)``.
 
     Args:
-        base_url: the env server (``http://host:port``).
+        base_url: the env server (``http://host:port``), or several replicas (a list or a
+            comma-separated string): sessions are placed on the least-loaded healthy one.
+        replay_after_s: how long an unreachable replica's episodes wait for it before they
+            are replayed on another replica (the connection's reconnect budget), seconds.
         token: bearer token, if the server requires one.
         max_rounds: per-episode override of the server's solver/verifier rounds.
         rewards_timeout_s: how long ``get_reward`` waits for the graded record.
@@ -397,6 +454,6 @@ def environment_factory(base_url: str, token: str | None = None, max_rounds: int
     return type(
         "DebateEnvironment",
         (DebateEnvironment,),
-        {"_base_url": base_url, "_token": token, "_max_rounds": max_rounds, "_rewards_timeout_s": rewards_timeout_s,
-         "_mode": mode},
+        {"_base_url": tuple(parse_urls(base_url)), "_token": token, "_max_rounds": max_rounds,
+         "_rewards_timeout_s": rewards_timeout_s, "_mode": mode, "_replay_after_s": replay_after_s},
     )

@@ -1,0 +1,186 @@
+"""Scale-out over env replicas (issue 16): client-side placement, re-placement when a replica
+dies, and the trainer's environment surviving a server restart with and without state.
+
+Real servers in subprocesses on real sockets: three replicas for placement, one restarted on
+the same port for the trainer's environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from env_server.cli import free_port, wait_healthy
+from env_server.client import MuxClient
+from env_server.play import play
+from env_server.problems import ProblemGenerator
+from env_server.replicas import NoReplicaError, ReplicaPool, parse_urls
+from trainer_client.env import DEBATE_OVER, environment_factory, shared_client
+
+GENERATOR = ProblemGenerator()
+
+
+@contextmanager
+def server(port: int, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``mathdebate serve`` on ``port`` (one grading worker); SIGKILLed on exit if alive."""
+    process = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port),
+                                "--log-level", "warning", "--grading-workers", "1", *extra])
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", process=process)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+@pytest.fixture
+def three_replicas() -> Iterator[tuple[list[str], list[subprocess.Popen[bytes]]]]:
+    ports = [free_port() for _ in range(3)]
+    processes = [subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port),
+                                   "--log-level", "warning", "--grading-workers", "1"]) for port in ports]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    try:
+        for url, process in zip(urls, processes, strict=True):  # they start in parallel
+            wait_healthy(url, process=process)
+        yield urls, processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+def test_parse_urls() -> None:
+    assert parse_urls("http://a:1, http://b:2,") == ["http://a:1", "http://b:2"]
+    assert parse_urls(["http://a:1"]) == ["http://a:1"]
+    with pytest.raises(ValueError):
+        parse_urls(" , ")
+
+
+def test_sessions_go_to_the_least_loaded_replica_and_play_spreads_over_all(three_replicas) -> None:
+    urls, _ = three_replicas
+
+    async def placement() -> None:
+        async with ReplicaPool(",".join(urls)) as pool:
+            sessions = [await pool.open_session() for _ in range(7)]
+            assert pool.load() == [3, 2, 2]  # least-loaded first, ties to the earliest
+            assert [pool.replica_of(s) for s in sessions[:3]] == urls
+            await sessions[1].close()  # on urls[1]
+            await sessions[2].close()  # on urls[2]
+            assert pool.load() == [3, 1, 1]
+            assert pool.replica_of(await pool.open_session()) == urls[1]
+            assert pool.replica_of(await pool.open_session()) == urls[2]
+
+    asyncio.run(placement())
+    out = subprocess.run([sys.executable, "-m", "env_server.cli", "play", "--url", ",".join(urls), "--episodes", "60",
+                          "--concurrency", "12", "--policy", "reference", "--json", "--no-progress"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["episodes"] == 60 and summary["failed"] == 0 and summary["accuracy"] == 1.0
+    assert set(summary["per_replica"]) == set(urls) and all(n >= 5 for n in summary["per_replica"].values())
+
+
+def test_a_replica_killed_mid_run_its_sessions_move_to_the_others(three_replicas) -> None:
+    """SIGKILL one of three replicas in the middle of a run: new sessions go to the two left,
+    the episodes that were on the dead one are played again elsewhere after the reconnect
+    budget (counted), and every episode is graded exactly once."""
+    urls, processes = three_replicas
+
+    async def run() -> None:
+        task = asyncio.ensure_future(play(",".join(urls), GENERATOR, episodes=3000, concurrency=30, policy="reference",
+                                          progress=False, replay_after_s=1.0))
+        while _stats(urls[1])["episodes_graded"] < 100:  # in full swing
+            await asyncio.sleep(0.02)
+        processes[1].send_signal(signal.SIGKILL)
+        report = await asyncio.wait_for(task, 120)
+        assert report.episodes == 3000 and report.failed == 0, report.errors
+        assert report.replays >= 1  # sessions were mid-episode on the killed replica
+        assert report.episodes == sum(report.per_replica.values())
+        assert report.per_replica[urls[0]] > 0 and report.per_replica[urls[2]] > 0
+
+    asyncio.run(run())
+
+
+def _stats(url: str) -> dict:
+    with urllib.request.urlopen(f"{url}/stats", timeout=5) as response:
+        return json.loads(response.read())
+
+
+def test_no_replica_reachable_is_a_clear_error() -> None:
+    async def run() -> None:
+        async with ReplicaPool([f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]) as pool:
+            with pytest.raises(NoReplicaError, match="no env replica accepted a session"):
+                await pool.open_session()
+
+    asyncio.run(run())
+
+
+def _play_two_turns(env, problem) -> None:
+    env.reset(problem_id=problem.problem_id)
+    env.submit_solution(rf"\boxed{{{problem.answer}}}")
+
+
+@pytest.mark.parametrize("with_state", [True, False], ids=["state-dir", "no-state"])
+def test_trainer_environment_survives_a_server_restart(tmp_path: Path, with_state: bool) -> None:
+    """The server is killed mid-debate and restarted on the same port. With ``--state-dir`` the
+    environment's connection re-attaches and the same episode continues (no replay); without,
+    the session is gone and the episode is replayed on the same problem with the same actions
+    (counted). Either way the rollout's reward is the right one and its trace is whole."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    extra = ("--state-dir", str(tmp_path / "state")) if with_state else ()
+    problem = GENERATOR.by_seed(21)
+    env = environment_factory(url, replay_after_s=60)()
+    pool = shared_client(url)
+    with ExitStack() as stack:
+        first = stack.enter_context(server(port, *extra))
+        _play_two_turns(env, problem)
+        episode_id = env.trace.observation.episode_id
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    with server(port, *extra):
+        text = env.submit_verdict("CORRECT", "checked")  # waits for the reconnect
+        assert text.startswith("[JUDGE]")
+        assert env.submit_final_answer(problem.answer) == DEBATE_OVER
+        assert env.get_reward() == 1.0
+        assert [t.t for t in env.trace.turns] == [0, 1, 2]
+        if with_state:
+            assert pool.replays == 0 and env.trace.record.episode_id == episode_id
+        else:
+            assert pool.replays == 1 and env.trace.record.episode_id != episode_id
+            assert env.trace.record.problem_id == problem.problem_id
+
+
+def test_in_flight_requests_survive_a_dropped_connection(tmp_path: Path) -> None:
+    """The TCP connection is cut with steps in flight: the client reconnects, re-attaches and
+    re-sends them with their ``t``; each acts once (the server's step count says so)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    async def run() -> None:
+        async with MuxClient(url) as client:
+            sessions = [await client.open_session() for _ in range(20)]
+            problems = [GENERATOR.by_seed(300 + i) for i in range(20)]
+            await asyncio.gather(*(s.reset(problem_id=p.problem_id) for s, p in zip(sessions, problems, strict=True)))
+            steps = [asyncio.ensure_future(s.step("solver", rf"\boxed{{{p.answer}}}"))
+                     for s, p in zip(sessions, problems, strict=True)]
+            await asyncio.sleep(0)
+            await client.drop(reconnect=True)  # cut: no close frame; the client reconnects itself
+            results = await asyncio.wait_for(asyncio.gather(*steps), 30)
+            assert all(r.observation.t == 1 and r.observation.role == "verifier" for r in results)
+            states = await asyncio.gather(*(s.state() for s in sessions))
+            assert all(state["step_count"] == 1 for state in states)
+            assert client.reconnects == 1
+
+    with server(port):
+        asyncio.run(run())
