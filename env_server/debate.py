@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from env_server import prompts
-from env_server.answers import final_answer, normalize_answer, normalize_critique, parse_verdict
+from env_server.answers import answer_key, final_answer, normalize_critique, parse_verdict
 from env_server.errors import EpisodeDoneError, InvalidActionError, OutOfRangeError
 from env_server.markers import EpisodeMode, ErrorKind, Role, hint_key
 from env_server.models import DebateAction
@@ -223,7 +223,7 @@ class DebateEpisode:
         turn.answer = final_answer(turn.content)
         if turn.answer is None:
             turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
-        elif normalize_answer(turn.answer) in self._rejected:
+        elif answer_key(turn.answer) in self._rejected:
             turn.provisional_kind = ErrorKind.REPEATED_REJECTED_ANSWER
             turn.circular = self.circular_stop
         if self.mode is EpisodeMode.SINGLE:
@@ -245,7 +245,7 @@ class DebateEpisode:
             self.role = Role.JUDGE
             return
         if reviewed.answer is not None:
-            self._rejected.add(normalize_answer(reviewed.answer))
+            self._rejected.add(answer_key(reviewed.answer))
         if self.circular_stop and review == self._last_review:
             turn.circular = True
             turn.provisional_kind = turn.provisional_kind or ErrorKind.CIRCULAR_CRITIQUE

@@ -28,6 +28,7 @@ cannot kill one stuck task without breaking the whole pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import multiprocessing
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from env_server.answers import normalize_answer
+from env_server.answers import LOOP_ANSWER_CHARS, normalize_answer
 from env_server.closed_form import closed_form_verdict, exact_rational
 from env_server.grades import Grade
 from env_server.markers import ErrorKind
@@ -107,8 +108,17 @@ class GradeCache:
         return len(self._data)
 
 
+#: scheduling niceness added to grading workers: when workers and the event loop compete for
+#: cores (a flood of answers that need a worker), the loop, which serves every session's steps,
+#: runs first; grading still gets every idle cycle
+WORKER_NICENESS = 10
+
+
 def _init_worker(memory_mb: int) -> None:
-    """Worker initializer: cap the address space so a memory bomb fails inside the worker."""
+    """Worker initializer: lower the worker's CPU priority (``WORKER_NICENESS``) and cap its
+    address space so a memory bomb fails inside the worker."""
+    with contextlib.suppress(OSError):  # not permitted: the default priority
+        os.nice(WORKER_NICENESS)
     if memory_mb > 0:
         import resource
 
@@ -179,6 +189,11 @@ class Grader:
             grade = Grade(False, ErrorKind.MISSING_FINAL_ANSWER, "rule")
         elif len(answer) > self.config.max_answer_chars:
             grade = Grade(False, ErrorKind.UNPARSEABLE_ANSWER, "rule")
+        elif len(answer) > LOOP_ANSWER_CHARS:  # too long for the event loop: the cache, else a worker
+            cached = self.cache.get(GradeCache.key(gold, answer))
+            if cached is None:
+                return None
+            grade = Grade(cached.correct, cached.error_kind, "cache")
         elif normalize_answer(answer) == normalize_answer(gold):
             grade = Grade(True, None, "exact")
         elif (gold_value := exact_rational(gold)) is not None and (value := exact_rational(answer)) is not None:

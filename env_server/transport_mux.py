@@ -55,6 +55,8 @@ MAX_PENDING_FRAMES = 4096
 #: Most frames (``models.MAX_BATCH_FRAMES``, for a client batch every frame of a longer one is
 #: refused) and bytes the write loop puts in one outgoing batch message.
 MAX_OUT_BATCH_FRAMES = MAX_BATCH_FRAMES
+#: longest stretch one connection's batch runs on the event loop before it yields to others, s
+TIME_SLICE_S = 0.002
 MAX_OUT_BATCH_BYTES = 4 << 20
 
 
@@ -179,8 +181,14 @@ class MuxConnection:
                     await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, message, request_id, session_id,
                                                   max_batch_frames=MAX_BATCH_FRAMES))
             else:
+                # fair share: a long batch yields to the other connections every TIME_SLICE_S
+                # of work, so one connection's flood cannot hold the event loop
+                deadline = time.perf_counter() + TIME_SLICE_S
                 for item in obj:
                     await self._handle_frame(item)
+                    if time.perf_counter() > deadline:
+                        await asyncio.sleep(0)
+                        deadline = time.perf_counter() + TIME_SLICE_S
             return
         await self._handle_frame(obj)
 

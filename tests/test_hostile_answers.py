@@ -2,11 +2,12 @@
 
 Each is cut within the hard limit (the ``server_url`` fixture kills a grade after 2 s), nothing
 executes, it earns 0, and the p99 step latency of concurrent normal sessions stays within 2× of
-its value without the hostile load (plus a small absolute slack for this shared 2-core machine).
+its value without the hostile load (``benchmarks/hostile_load.py`` measures throughput too).
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -92,7 +93,9 @@ def _normal_p99(server_url: str, sessions: int, episodes: int) -> float:
 
 
 def test_hostile_load_keeps_normal_p99_within_twice_its_baseline(server_url) -> None:
-    baseline = _normal_p99(server_url, sessions=10, episodes=8)
+    # medians of three windows on both sides: a p99 of a few hundred steps on a shared 2-core
+    # machine moves by milliseconds from one window to the next
+    baseline = statistics.median(_normal_p99(server_url, sessions=10, episodes=8) for _ in range(3))
     stop = threading.Event()
 
     def hostile() -> None:
@@ -113,12 +116,10 @@ def test_hostile_load_keeps_normal_p99_within_twice_its_baseline(server_url) -> 
         attacker.start()
     try:
         time.sleep(0.5)
-        # the better of two windows: one scheduler hiccup on a shared 2-core machine must not
-        # decide it, while a server whose steps waited for hostile grades (seconds) fails both
-        loaded = min(_normal_p99(server_url, sessions=10, episodes=8) for _ in range(2))
+        loaded = statistics.median(_normal_p99(server_url, sessions=10, episodes=8) for _ in range(3))
     finally:
         stop.set()
         for attacker in attackers:
             attacker.join()
     # steps answer before grading: hostile grading runs in killable workers, off the event loop
-    assert loaded <= 2 * baseline + 0.05, (loaded, baseline)
+    assert loaded <= 2 * baseline, (loaded, baseline)
