@@ -44,8 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,14 +68,19 @@ OPEN_CONCURRENCY = 256  # connections/sessions being opened at once (both server
 
 
 @contextmanager
-def server(kind: str, problems: str | None, workers: int, max_sessions: int):
-    """Start one server process; yield ``(http_url, pid)``; stop it with SIGTERM."""
+def server(kind: str, problems: str | None, workers: int, max_sessions: int, extra: Sequence[str] = ()):
+    """Start one server process; yield ``(http_url, pid)``; stop it with SIGTERM.
+
+    ``kind``: ``ours``, ``journal`` (ours with ``--state-dir`` in a fresh temporary directory:
+    the cost of journaling) or ``openenv``; ``extra``: more ``serve`` arguments (ours)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    if kind == "ours":
+    if kind in ("ours", "journal"):
         cmd = [sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--log-level", "warning",
                "--grading-workers", str(workers), "--max-sessions", str(max_sessions),
-               "--max-sessions-per-connection", str(max_sessions)]
+               "--max-sessions-per-connection", str(max_sessions), *extra]
+        if kind == "journal":
+            cmd += ["--state-dir", tempfile.mkdtemp(prefix="bench-state-")]
         if problems:
             cmd += ["--problems", problems]
     else:
@@ -286,11 +291,15 @@ async def mux_session(conn: MuxConnection, workload: Workload, tally: Tally, ope
             conn.rewards.pop(session_id, None)
 
 
-async def run_ours(url: str, sessions: int, connections: int, workload: Workload, seconds: float,
+async def run_ours(url: str | list[str], sessions: int, connections: int, workload: Workload, seconds: float,
                    batch: bool = True) -> Tally:
-    ws_url = url.replace("http", "ws") + "/ws/mux" + ("?batch=1" if batch else "")
-    conns = [MuxConnection(await connect(ws_url, max_size=None, compression=None, open_timeout=60,
-                                         ping_interval=None), batch) for _ in range(min(connections, sessions))]
+    """Play ``sessions`` sessions over ``connections`` connections; with several URLs
+    (replicas) the connections go round-robin over them, at least one per replica."""
+    urls = [url] if isinstance(url, str) else url
+    ws_urls = [u.replace("http", "ws") + "/ws/mux" + ("?batch=1" if batch else "") for u in urls]
+    count = max(min(connections, sessions), len(urls))
+    conns = [MuxConnection(await connect(ws_urls[i % len(ws_urls)], max_size=None, compression=None, open_timeout=60,
+                                         ping_interval=None), batch) for i in range(count)]
     tally, opened, go, stop = Tally(), asyncio.Event(), asyncio.Event(), asyncio.Event()
     ready = [0, sessions]
     gate = asyncio.Semaphore(OPEN_CONCURRENCY)
@@ -467,7 +476,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window per row")
     parser.add_argument("--workloads", nargs="+", choices=["cached", "fresh"], default=["cached", "fresh"])
     parser.add_argument("--connections", type=int, default=4, help="our WebSocket connections")
-    parser.add_argument("--servers", nargs="+", choices=["ours", "openenv"], default=["ours", "openenv"])
+    parser.add_argument("--servers", nargs="+", choices=["ours", "journal", "openenv"], default=["ours", "openenv"],
+                        help="journal: ours with --state-dir (the journal's cost, beside ours)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="our servers (replicas) started; connections spread over them round-robin")
+    parser.add_argument("--serve-arg", action="append", default=[],
+                        help="extra argument for our `mathdebate serve` (repeatable), e.g. --serve-arg=--max-rounds=1")
     parser.add_argument("--baseline-max-sessions", type=int, default=10_000,
                         help="skip the OpenEnv baseline above this many sessions")
     parser.add_argument("--grading-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2))
@@ -487,7 +501,12 @@ def main(argv: list[str] | None = None) -> int:
         for server_name in args.servers:
             workload = make_workload(workload_name)
             workload.think_s = args.think_ms / 1000
-            with server(server_name, workload.problems, args.grading_workers, max_sessions) as (url, pid):
+            replicas = args.replicas if server_name != "openenv" else 1
+            with ExitStack() as stack:
+                started = [stack.enter_context(server(server_name, workload.problems, args.grading_workers, max_sessions,
+                                                      args.serve_arg)) for _ in range(replicas)]
+                url, pid = started[0]
+                urls = [u for u, _ in started]
                 if workload_name == args.workloads[0] and args.idle_sessions:
                     memory[server_name] = round(asyncio.run(
                         idle_memory(url, pid, server_name, args.idle_sessions, args.connections)), 2)
@@ -496,8 +515,8 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     runs = []
                     for _ in range(args.repeats):
-                        if server_name == "ours":
-                            tally = asyncio.run(run_ours(url, sessions, args.connections, workload, args.seconds,
+                        if server_name != "openenv":
+                            tally = asyncio.run(run_ours(urls, sessions, args.connections, workload, args.seconds,
                                                          batch=not args.no_batch))
                         else:
                             tally = asyncio.run(run_openenv(url, sessions, workload, args.seconds))
@@ -507,8 +526,12 @@ def main(argv: list[str] | None = None) -> int:
                                   file=sys.stderr)
                     row = sorted(runs, key=lambda r: r.steps_per_s)[len(runs) // 2]
                     rows.append(row)
+                    served = row.steps_per_s * args.seconds
+                    success = served / (served + row.errors) if served + row.errors else 0.0
                     print(f"{row.server:8} {row.workload:7} {row.sessions:6d} sessions: {row.steps_per_s:9.1f} steps/s "
-                          f"p50 {row.p50_ms:8.2f} ms  p99 {row.p99_ms:8.2f} ms  errors {row.errors}", flush=True)
+                          f"p50 {row.p50_ms:8.2f} ms  p99 {row.p99_ms:8.2f} ms  errors {row.errors}  "
+                          f"success {success:.4f}  replicas {replicas}  "
+                          f"sessions/core {row.sessions / min(os.cpu_count() or 1, replicas):.0f}", flush=True)
 
     print()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -534,7 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     if memory:
         print(f"memory per idle session ({args.idle_sessions} sessions): "
               + ", ".join(f"{k} {v:.1f} KiB" for k, v in memory.items()))
-    result = {**summary, "unit": "steps/s", "think_ms": args.think_ms, "batched": not args.no_batch,
+    ours_rows = {(r.workload, r.sessions): r for r in rows if r.server == "ours"}
+    for r in rows:
+        if r.server == "journal" and (r.workload, r.sessions) in ours_rows:
+            base = ours_rows[(r.workload, r.sessions)]
+            print(f"journal cost ({r.workload}, {r.sessions} sessions): {r.steps_per_s:.0f} vs {base.steps_per_s:.0f} "
+                  f"steps/s memory-only = {r.steps_per_s / base.steps_per_s:.2f}x")
+    result = {**summary, "replicas": args.replicas, "unit": "steps/s", "think_ms": args.think_ms, "batched": not args.no_batch,
               "memory_kib_per_idle_session": memory, "rows": [asdict(r) for r in rows]}
     print(json.dumps(result))
     return 0
