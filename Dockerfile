@@ -16,8 +16,8 @@ RUN pip install --upgrade pip \
 # Non-root user; grading workers inherit it. /outputs and /cache are where docker-compose.yml
 # mounts named volumes: a fresh named volume takes this ownership, so the user can write there.
 RUN useradd --create-home --uid 1000 debate \
- && mkdir -p /outputs /cache/huggingface \
- && chown -R debate:debate /outputs /cache
+ && mkdir -p /outputs /cache/huggingface /state \
+ && chown -R debate:debate /outputs /cache /state
 USER debate
 
 EXPOSE 8000

@@ -180,7 +180,9 @@ def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tin
     assert command[command.index("--env-url") + 1] == "http://env:8000"  # the env service by name
 
     port = free_port()
-    serve = [c.replace("0.0.0.0", "127.0.0.1").replace("8000", str(port)) for c in env["command"]]
+    serve = [c.replace("0.0.0.0", "127.0.0.1").replace("8000", str(port)).replace("/state", str(tmp_path / "state"))
+             for c in env["command"]]
+    assert "env-state:/state" in env["volumes"] and "--state-dir" in serve  # durable by default
     server = subprocess.Popen([sys.executable, "-m", "trainer_client.cli", *serve[1:]], cwd=REPO)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", timeout_s=60, process=server)
@@ -217,7 +219,14 @@ def test_compose_teacher_profile_config_gpus_and_volumes() -> None:
     assert {t.base_url for t in teacher_config.replay.teachers} == {"http://teacher:8001/v1"}
     assert all(t.api_key_env is None for t in teacher_config.replay.teachers)
     assert load_config(REPO / "configs" / "gpu_qwen.yaml").replay.beta == 0
-    assert {"outputs", "model-cache"} <= set(compose["volumes"])
+    assert {"outputs", "model-cache", "env-state", "env-b-state", "env-c-state"} <= set(compose["volumes"])
+    # replicas: same image and command as env, each with its own state volume, behind profiles
+    for name in ("env-b", "env-c"):
+        assert services[name]["command"] == services["env"]["command"] and services[name]["profiles"] == ["replicas", "lb"]
+        assert f"{name}-state:/state" in services[name]["volumes"]
+    assert services["lb"]["profiles"] == ["lb"] and "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in services["lb"]["volumes"]
+    nginx = (REPO / "deploy" / "nginx.conf").read_text()
+    assert all(f"server {name}:8000" in nginx for name in ("env", "env-b", "env-c")) and "Upgrade $http_upgrade" in nginx
     assert "chown -R debate:debate /outputs /cache" in (REPO / "Dockerfile").read_text()
     gpus = [services[s]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in ("trainer", "teacher")]
     assert gpus == [["0"], ["1"]]
