@@ -331,25 +331,7 @@ class MuxClient:
 
     async def close(self) -> None:
         """Close the connection (sessions stay on the server for the resume window)."""
-        self._closing = True
-        try:
-            await self._stop_recovery()
-            self._fail_pending(ConnectionError("the client closed its connection"))
-            self._outbox, self._outbox_bytes = [], 0  # unsent requests fail with ConnectionError
-            if self._ws is not None:
-                await self._ws.close()
-            if self._reader is not None:
-                await asyncio.gather(self._reader, return_exceptions=True)
-            self._ws = None
-            self._reader = None
-        finally:
-            self._closing = False
-
-    async def _stop_recovery(self) -> None:
-        if self._recovery is not None and self._recovery is not asyncio.current_task():
-            self._recovery.cancel()
-            await asyncio.gather(self._recovery, return_exceptions=True)
-            self._recovery = None
+        await self._shut(abrupt=False)
 
     async def drop(self, reconnect: bool = False) -> None:
         """Lose the connection abruptly, as a crashed process or a cut network does: the TCP
@@ -362,14 +344,24 @@ class MuxClient:
             if self._ws is not None:
                 self._ws.transport.abort()
             return
+        await self._shut(abrupt=True)
+
+    async def _shut(self, abrupt: bool) -> None:
+        """Stop any reconnect, fail the pending requests with ``ConnectionError``, and close
+        the connection (``abrupt``: abort the transport, no close frame)."""
         self._closing = True
         try:
-            await self._stop_recovery()
+            if self._recovery is not None and self._recovery is not asyncio.current_task():
+                self._recovery.cancel()
+                await asyncio.gather(self._recovery, return_exceptions=True)
+                self._recovery = None
+            self._fail_pending(ConnectionError("connection to the env server " + ("dropped" if abrupt else "closed")))
             self._outbox, self._outbox_bytes = [], 0
             if self._ws is not None:
-                self._ws.transport.abort()
-            else:
-                self._fail_pending(ConnectionError("connection to the env server dropped"))
+                if abrupt:
+                    self._ws.transport.abort()
+                else:
+                    await self._ws.close()
             if self._reader is not None:
                 await asyncio.gather(self._reader, return_exceptions=True)
             self._ws = None

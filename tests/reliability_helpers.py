@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
+from env_server.cli import wait_healthy
 from env_server.models import ErrorCode
 from env_server.problems import load_problem_source
 
@@ -74,3 +81,26 @@ def play_reference_episode(mux: RawMux, seed: int, session_id: str | None = None
     reply = mux.request("rewards", session_id, {"wait": True, "timeout_s": 30})
     assert reply["data"]["status"] == "graded", reply
     return reply["data"]["record"]
+
+
+@contextmanager
+def killable_server(port: int, *extra: str, log_path: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """``mathdebate serve`` on a fixed ``port`` (so a restart can take it again) with one
+    grading worker; yields the process, which a test may SIGKILL; SIGKILLed on exit if alive.
+    Output goes to ``log_path`` (appended) when given."""
+    log = log_path.open("ab") if log_path is not None else None
+    level = "info" if log is not None else "warning"
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port),
+                                    "--log-level", level, "--grading-workers", "1", *extra],
+                                   stdout=log, stderr=subprocess.STDOUT if log is not None else None)
+    finally:
+        if log is not None:
+            log.close()
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", process=process)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)

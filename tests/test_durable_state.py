@@ -18,14 +18,13 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from reliability_helpers import killable_server
 
-from env_server.cli import free_port, wait_healthy
+from env_server.cli import free_port
 from env_server.client import MuxClient, MuxSession
 from env_server.grades import Grade
 from env_server.journal import StateJournal
@@ -35,21 +34,9 @@ from env_server.problems import load_problem_source
 PROBLEMS = load_problem_source(None)
 
 
-@contextmanager
-def durable_server(state_dir: Path, port: int, log_path: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``mathdebate serve --state-dir`` on ``port``; stopped (SIGKILL if still alive) on exit."""
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--log-level", "info",
-             "--state-dir", str(state_dir), "--grading-workers", "1", *extra],
-            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", process=process)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
+def durable_server(state_dir: Path, port: int, log_path: Path, *extra: str):
+    """``mathdebate serve --state-dir`` on ``port``, logging to ``log_path``."""
+    return killable_server(port, "--state-dir", str(state_dir), *extra, log_path=log_path)
 
 
 class CountingClient(MuxClient):

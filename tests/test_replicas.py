@@ -14,10 +14,11 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from reliability_helpers import killable_server
 
 from env_server.cli import free_port, wait_healthy
 from env_server.client import MuxClient
@@ -29,18 +30,9 @@ from trainer_client.env import DEBATE_OVER, environment_factory, shared_client
 GENERATOR = ProblemGenerator()
 
 
-@contextmanager
-def server(port: int, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+def server(port: int, *extra: str):
     """``mathdebate serve`` on ``port`` (one grading worker); SIGKILLed on exit if alive."""
-    process = subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port),
-                                "--log-level", "warning", "--grading-workers", "1", *extra])
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", process=process)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
+    return killable_server(port, *extra)
 
 
 @pytest.fixture
