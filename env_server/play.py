@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from env_server.answers import final_answer
-from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, SessionLostError
+from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, MuxSession, SessionLostError
 from env_server.models import DebateObservation, EpisodeRewards, Role
 from env_server.problems import Problem, ProblemSource
 from env_server.replicas import NoReplicaError, ReplicaPool
@@ -149,39 +149,33 @@ class PlayReport:
 MAX_REPLAYS = 3
 
 
-async def _play_episode(pool: ReplicaPool, debaters: ScriptedDebaters, problem: Problem, report: PlayReport,
-                        max_rounds: int | None, mode: str | None = None) -> None:
-    session = await pool.open_session()
-    try:
-        result = await session.reset(problem_id=problem.problem_id, max_rounds=max_rounds, mode=mode)
-        believed_correct = False
-        loop = asyncio.get_running_loop()
-        while not result.done:
-            role = result.observation.role
-            assert role is not None, "a debate that is not done has a role to play"
-            if role is Role.SOLVER:
-                content, believed_correct = debaters.solver(problem)
-            elif role is Role.VERIFIER:
-                content = debaters.verifier(believed_correct)
-            else:
-                content = debaters.judge(result.observation)
-            start = loop.time()
-            result = await session.step(role, content)
-            report.step_latencies.append(loop.time() - start)
-            report.steps += 1
-        record = await session.rewards(wait=True, timeout_s=GRADED_EPISODE_WAIT_S)
-        if record is None:
-            report.failed += 1
-            report.errors["rewards_timeout"] += 1
+async def _play_episode(session: MuxSession, debaters: ScriptedDebaters, problem: Problem, report: PlayReport,
+                        max_rounds: int | None, mode: str | None = None) -> bool:
+    """Play one episode on ``session`` (a reset starts it, as in OpenEnv). Returns whether it
+    was graded (``False``: its record did not arrive in time, counted in ``report.errors``)."""
+    result = await session.reset(problem_id=problem.problem_id, max_rounds=max_rounds, mode=mode)
+    believed_correct = False
+    loop = asyncio.get_running_loop()
+    while not result.done:
+        role = result.observation.role
+        assert role is not None, "a debate that is not done has a role to play"
+        if role is Role.SOLVER:
+            content, believed_correct = debaters.solver(problem)
+        elif role is Role.VERIFIER:
+            content = debaters.verifier(believed_correct)
         else:
-            report.add(record)
-            report.per_replica[pool.replica_of(session)] += 1
-    finally:
-        if session.lost is None and not session.client.reconnecting:
-            # a replica that died after the record arrived: nothing to close, and the
-            # episode must not count as lost (it would be played twice)
-            with contextlib.suppress(ConnectionError, asyncio.TimeoutError):
-                await session.close()
+            content = debaters.judge(result.observation)
+        start = loop.time()
+        result = await session.step(role, content)
+        report.step_latencies.append(loop.time() - start)
+        report.steps += 1
+    record = await session.rewards(wait=True, timeout_s=GRADED_EPISODE_WAIT_S)
+    if record is None:
+        report.failed += 1
+        report.errors["rewards_timeout"] += 1
+        return False
+    report.add(record)
+    return True
 
 
 async def play(url: str, problems: ProblemSource, episodes: int, concurrency: int, policy: Policy = "noisy",
@@ -196,7 +190,7 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
             each session goes to the least-loaded healthy one (``env_server.replicas``).
         problems: the same problem source the server serves.
         episodes: how many debates; problem ``i`` is ``problems.by_seed(seed + i)``.
-        concurrency: debates in flight at once (each on its own session).
+        concurrency: debates in flight at once (each worker keeps one session for its episodes).
         policy, p: the scripted policy (see module docstring).
         seed: seeds problem choice and the policy's randomness.
         connections: WebSocket connections the sessions are spread over.
@@ -223,34 +217,47 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
     bar = tqdm(total=episodes, desc=f"debates ({policy})", unit="ep", disable=not progress)
 
     async def worker(k: int) -> None:
+        # Each worker keeps one session for all its episodes (a reset starts the next one, as
+        # an OpenEnv client does) and opens a new one, on a healthy replica, when it is lost.
         pool = pools[k % len(pools)]
-        while True:
-            try:
-                i = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            try:
-                for attempt in range(MAX_REPLAYS + 1):
-                    try:
-                        await _play_episode(pool, debaters, problems.by_seed(seed + i), report, max_rounds, mode)
-                        break
-                    except NoReplicaError:
-                        raise
-                    except (SessionLostError, ConnectionError):  # its replica is gone: play it elsewhere
-                        if attempt == MAX_REPLAYS:
-                            report.failed += 1
-                            report.errors["replica_lost"] += 1
-                        else:
-                            report.replays += 1
-            except MuxError as exc:
-                report.failed += 1
-                report.errors[exc.code] += 1
-                if exc.code == "UNKNOWN_PROBLEM":
-                    raise RuntimeError(
-                        "the server serves another problem set: give `play` the same --problems as `serve`"
-                    ) from exc
-            bar.update(1)
-            bar.set_postfix(acc=f"{report.accuracy:.3f}", refresh=False)
+        session: MuxSession | None = None
+        try:
+            while True:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                try:
+                    for attempt in range(MAX_REPLAYS + 1):
+                        try:
+                            if session is None:
+                                session = await pool.open_session()
+                            if await _play_episode(session, debaters, problems.by_seed(seed + i), report,
+                                                   max_rounds, mode):
+                                report.per_replica[pool.replica_of(session)] += 1
+                            break
+                        except NoReplicaError:
+                            raise
+                        except (SessionLostError, ConnectionError):  # its replica is gone: play it elsewhere
+                            session = None
+                            if attempt == MAX_REPLAYS:
+                                report.failed += 1
+                                report.errors["replica_lost"] += 1
+                            else:
+                                report.replays += 1
+                except MuxError as exc:
+                    report.failed += 1
+                    report.errors[exc.code] += 1
+                    if exc.code == "UNKNOWN_PROBLEM":
+                        raise RuntimeError(
+                            "the server serves another problem set: give `play` the same --problems as `serve`"
+                        ) from exc
+                bar.update(1)
+                bar.set_postfix(acc=f"{report.accuracy:.3f}", refresh=False)
+        finally:
+            if session is not None and session.lost is None and not session.client.reconnecting:
+                with contextlib.suppress(ConnectionError, asyncio.TimeoutError, MuxError):
+                    await session.close()
 
     start = time.perf_counter()
     try:

@@ -2,14 +2,15 @@
 
 One process keeps one multiplexed connection (:class:`~env_server.client.MuxClient`) per
 replica and places each new session on the **least-loaded healthy replica**: the one with the
-fewest open sessions from this process, ties to the earliest in the list. A replica is healthy
-unless its connection is down (the client is reconnecting) or its last connection attempt
-failed less than ``retry_down_s`` ago. So a replica that goes down gets no new sessions; its
-open sessions wait for it (the client reconnects on its own, up to ``reconnect_budget_s``) and
-resume when it comes back with ``--state-dir``; past that budget their calls raise
-``ConnectionError`` (or :class:`~env_server.client.SessionLostError` when it came back without
-its state), and a caller that must finish the episode replays it on another replica on the same
-``problem_id`` (the trainer's environment does: ``trainer_client.env``).
+fewest sessions from this process (open, or opening: awaiting the server's reply), ties to the
+earliest in the list. A replica is healthy unless its connection is down (the client is
+reconnecting) or its last connection attempt failed less than ``retry_down_s`` ago. So a
+replica that goes down gets no new sessions; its open sessions wait for it (the client
+reconnects on its own, up to ``reconnect_budget_s``) and resume when it comes back with
+``--state-dir``; past that budget their calls raise ``ConnectionError`` (or
+:class:`~env_server.client.SessionLostError` when it came back without its state), and a caller
+that must finish the episode replays it on another replica on the same ``problem_id`` (the
+trainer's environment does: ``trainer_client.env``).
 
 Least-loaded placement needs no coordination between processes and spreads each process's
 sessions evenly; a replica added later fills up as sessions turn over. Consistent hashing would
@@ -84,6 +85,10 @@ class ReplicaPool:
         self.retry_down_s = retry_down_s
         self.replays = 0
         self._down_until = [0.0] * len(self.clients)
+        #: opens sent to each replica and not yet answered: they count as load, so that many
+        #: concurrent first opens spread over the replicas instead of all seeing the same
+        #: loads and herding onto the first least-loaded one
+        self._opening = [0] * len(self.clients)
 
     async def __aenter__(self) -> ReplicaPool:
         return self
@@ -92,8 +97,9 @@ class ReplicaPool:
         await self.close()
 
     def load(self) -> list[int]:
-        """Open sessions per replica (this process's), in ``urls`` order."""
-        return [sum(1 for s in client.sessions if s.lost is None) for client in self.clients]
+        """Sessions per replica (this process's: open, or being opened), in ``urls`` order."""
+        return [sum(1 for s in client.sessions if s.lost is None) + opening
+                for client, opening in zip(self.clients, self._opening, strict=True)]
 
     def healthy(self) -> list[bool]:
         """Whether each replica may take new sessions now."""
@@ -116,6 +122,7 @@ class ReplicaPool:
         order = sorted(range(len(self.clients)), key=lambda i: (not healthy[i], load[i], i))
         last: BaseException | None = None
         for i in order:
+            self._opening[i] += 1
             try:
                 return await self.clients[i].open_session()
             except (OSError, asyncio.TimeoutError, websockets.WebSocketException) as exc:
@@ -123,6 +130,8 @@ class ReplicaPool:
                 last = exc
             except Exception as exc:  # a refusal (e.g. CAPACITY_REACHED): try the next replica
                 last = exc
+            finally:
+                self._opening[i] -= 1
         raise NoReplicaError(f"no env replica accepted a session ({', '.join(self.urls)}): {last}") from last
 
     def count_replay(self) -> None:

@@ -72,6 +72,9 @@ def test_sessions_go_to_the_least_loaded_replica_and_play_spreads_over_all(three
             assert pool.load() == [3, 1, 1]
             assert pool.replica_of(await pool.open_session()) == urls[1]
             assert pool.replica_of(await pool.open_session()) == urls[2]
+        async with ReplicaPool(",".join(urls)) as pool:  # opens awaiting their reply count as load
+            await asyncio.gather(*(pool.open_session() for _ in range(9)))
+            assert pool.load() == [3, 3, 3]
 
     asyncio.run(placement())
     out = subprocess.run([sys.executable, "-m", "env_server.cli", "play", "--url", ",".join(urls), "--episodes", "60",
@@ -85,14 +88,20 @@ def test_sessions_go_to_the_least_loaded_replica_and_play_spreads_over_all(three
 def test_a_replica_killed_mid_run_its_sessions_move_to_the_others(three_replicas) -> None:
     """SIGKILL one of three replicas in the middle of a run: new sessions go to the two left,
     the episodes that were on the dead one are played again elsewhere after the reconnect
-    budget (counted), and every episode is graded exactly once."""
+    budget (counted), and every episode is graded exactly once.
+
+    The replica is frozen (SIGSTOP) before the kill, so that each of its sessions is caught
+    waiting for a reply (play keeps a session across episodes, so one always is): a kill
+    that lands while they are between episodes would leave nothing to replay."""
     urls, processes = three_replicas
 
     async def run() -> None:
         task = asyncio.ensure_future(play(",".join(urls), GENERATOR, episodes=3000, concurrency=30, policy="reference",
                                           progress=False, replay_after_s=1.0))
-        while _stats(urls[1])["episodes_graded"] < 100:  # in full swing
+        while (await asyncio.to_thread(_stats, urls[1]))["episodes_graded"] < 100:  # in full swing
             await asyncio.sleep(0.02)
+        processes[1].send_signal(signal.SIGSTOP)
+        await asyncio.sleep(0.3)
         processes[1].send_signal(signal.SIGKILL)
         report = await asyncio.wait_for(task, 120)
         assert report.episodes == 3000 and report.failed == 0, report.errors
