@@ -16,8 +16,12 @@ is safe: every step carries its turn index ``t`` (RFC 0004, "Re-sent steps": a s
 answers with its stored reply and acts no second time), a reset carries an ``episode_id`` the
 client chose (a reset that already happened is recognised and its observation replayed), and
 ``state``/``rewards``/``ping`` only read. Rewards graded meanwhile are pushed on re-attachment;
-each episode's record is kept once. A session the server no longer knows (restarted without
-``--state-dir``, or past its resume window) is lost: its calls raise :class:`SessionLostError`.
+each episode's record is kept once. A session whose re-attach is refused is lost: its calls raise
+:class:`SessionLostError` with the refusal's code (``UNKNOWN_SESSION``: restarted without
+``--state-dir``, or past its resume window; ``RESUME_DENIED``; ``CAPACITY_REACHED``: the server
+came back with a lower per-connection limit); the other sessions go on. The whole reconnect,
+re-attach included, is bounded by ``reconnect_budget_s``; a connection lost again while it runs
+starts another.
 ``reconnect=False`` restores the plain behaviour (``ConnectionError``; ``await
 client.reconnect()`` re-attaches by hand).
 
@@ -29,6 +33,7 @@ message, and the server answers with arrays of frames.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -382,8 +387,10 @@ class MuxClient:
                 await self._request({"type": "attach", "session_id": session.session_id,
                                      "data": {"resume_token": session.resume_token}}, resend=False, wait=False)
             except MuxError as exc:
-                if exc.code not in ("UNKNOWN_SESSION", "RESUME_DENIED"):
-                    raise
+                # Any refusal loses the session on this connection: UNKNOWN_SESSION (restarted
+                # without state, or past the window), RESUME_DENIED, or CAPACITY_REACHED (the
+                # server came back with a lower per-connection limit). Raising instead would
+                # end the reconnect and leave every waiting request hanging.
                 session.lost = SessionLostError({**exc.data, "message": f"session lost: {exc.data.get('message')}"})
 
         await asyncio.gather(*(attach(s) for s in list(self._sessions.values()) if s.lost is None))
@@ -401,11 +408,14 @@ class MuxClient:
         delay = 0.05
         self._ws, self._reader = None, None
         self._outbox, self._outbox_bytes = [], 0
+        recovered = False
         try:
             while True:
                 try:
                     await self._open_socket()
-                    await self._reattach()
+                    # a server that takes the connection but never answers the attaches must
+                    # not hold the requests past the budget
+                    await asyncio.wait_for(self._reattach(), max(0.0, deadline - loop.time()))
                     break
                 except (OSError, asyncio.TimeoutError, websockets.WebSocketException, ConnectionError) as exc:
                     if self._ws is not None:
@@ -430,9 +440,19 @@ class MuxClient:
                     self._enqueue(encoded)
                 else:
                     assert self._ws is not None
-                    await self._ws.send(encoded.decode())
+                    with contextlib.suppress(websockets.ConnectionClosed):  # handled below
+                        await self._ws.send(encoded.decode())
+            recovered = True
         finally:
             self._recovery = None
+        if recovered and self._read_loop_ended() and not self._closing:
+            # the new connection died while this reconnect was still re-attaching or
+            # re-sending: its read loop saw a reconnect in progress and left it to us
+            self._connection_lost()
+
+    def _read_loop_ended(self) -> bool:
+        """Whether the current connection's read loop has ended (the connection is gone)."""
+        return self._reader is not None and self._reader.done()
 
     def _fail_pending(self, error: Exception) -> None:
         for future in self._pending.values():

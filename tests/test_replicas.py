@@ -21,7 +21,7 @@ import pytest
 from reliability_helpers import killable_server
 
 from env_server.cli import free_port, wait_healthy
-from env_server.client import MuxClient
+from env_server.client import MuxClient, SessionLostError
 from env_server.play import play
 from env_server.problems import ProblemGenerator
 from env_server.replicas import NoReplicaError, ReplicaPool, parse_urls
@@ -182,6 +182,112 @@ def test_in_flight_requests_survive_a_dropped_connection(tmp_path: Path) -> None
             states = await asyncio.gather(*(s.state() for s in sessions))
             assert all(state["step_count"] == 1 for state in states)
             assert client.reconnects == 1
+
+    with server(port):
+        asyncio.run(run())
+
+
+def test_a_reattach_refused_for_capacity_loses_that_session_only(tmp_path: Path) -> None:
+    """The server comes back (same state) with a per-connection limit of 1: of the two sessions
+    the client re-attaches, one is refused with ``CAPACITY_REACHED``. That session is lost
+    (``SessionLostError``, so a caller replays its episode) and the other goes on; the
+    reconnect does not die on the refusal, leaving every waiting request hanging."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    state = ("--state-dir", str(tmp_path / "state"))
+    problems = [GENERATOR.by_seed(400 + i) for i in range(2)]
+
+    async def run(restart) -> None:
+        async with MuxClient(url, reconnect_budget_s=60) as client:
+            sessions = [await client.open_session() for _ in problems]
+            await asyncio.gather(*(s.reset(problem_id=p.problem_id) for s, p in zip(sessions, problems, strict=True)))
+            await asyncio.to_thread(restart)
+            outcomes = await asyncio.wait_for(asyncio.gather(
+                *(s.step("solver", rf"\boxed{{{p.answer}}}") for s, p in zip(sessions, problems, strict=True)),
+                return_exceptions=True), 30)
+            lost = [o for o in outcomes if isinstance(o, SessionLostError)]
+            stepped = [o for o in outcomes if not isinstance(o, BaseException)]
+            assert len(lost) == 1 and lost[0].code == "CAPACITY_REACHED", outcomes
+            assert len(stepped) == 1 and stepped[0].observation.role == "verifier"
+
+    with ExitStack() as stack:
+        first = stack.enter_context(server(port, *state))
+
+        def restart() -> None:
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=30)
+            stack.enter_context(server(port, *state, "--max-sessions-per-connection", "1"))
+
+        asyncio.run(run(restart))
+
+
+def test_a_reconnect_gives_up_within_its_budget_on_a_server_that_never_answers() -> None:
+    """A server that takes the new connection but never answers the re-attach (hung, or a
+    proxy with no backend): the waiting request fails with ``ConnectionError`` once the
+    reconnect budget is spent, not after the much longer request timeout."""
+    from websockets.asyncio.server import serve
+
+    connections = 0
+
+    async def handler(ws) -> None:
+        nonlocal connections
+        connections += 1
+        if connections > 1:  # the reconnect: never answered
+            await ws.wait_closed()
+            return
+        async for message in ws:
+            frame = json.loads(message)
+            if frame["type"] == "open":
+                await ws.send(json.dumps({"type": "opened", "request_id": frame["request_id"], "session_id": "s",
+                                          "data": {"session_id": "s", "resume_token": "r", "resume_window_s": 60}}))
+            else:  # the step: the connection is cut instead of answered
+                ws.transport.abort()
+                return
+
+    async def run() -> None:
+        async with serve(handler, "127.0.0.1", 0) as hung:
+            port = hung.sockets[0].getsockname()[1]
+            client = MuxClient(f"http://127.0.0.1:{port}", batch=False, request_timeout_s=60, reconnect_budget_s=1.0)
+            session = await client.open_session()
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(session.step("solver", "x"), 20)
+            assert loop.time() - start < 5 and connections >= 2
+            await client.close()
+
+    asyncio.run(run())
+
+
+class _CutAfterReattach(MuxClient):
+    """Cuts its new connection once, right after the reconnect's re-attach is answered and
+    before the reconnect finishes: the race in which the read loop leaves recovery to the
+    reconnect still in progress."""
+
+    cut = False
+
+    async def _reattach(self) -> None:
+        await super()._reattach()
+        if not self.cut:
+            self.cut = True
+            assert self._ws is not None
+            self._ws.transport.abort()
+            await asyncio.sleep(0.05)  # the read loop sees the cut while the reconnect runs
+
+
+def test_a_connection_lost_during_the_reconnect_is_reconnected_again() -> None:
+    port = free_port()
+
+    async def run() -> None:
+        async with _CutAfterReattach(f"http://127.0.0.1:{port}", request_timeout_s=60) as client:
+            session = await client.open_session()
+            problem = GENERATOR.by_seed(500)
+            await session.reset(problem_id=problem.problem_id)
+            step = asyncio.ensure_future(session.step("solver", rf"\boxed{{{problem.answer}}}"))
+            await asyncio.sleep(0)
+            await client.drop(reconnect=True)
+            result = await asyncio.wait_for(step, 20)
+            assert result.observation.t == 1 and client.cut and client.reconnects == 2
 
     with server(port):
         asyncio.run(run())
