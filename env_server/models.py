@@ -291,6 +291,8 @@ class EpisodeRewards(BaseModel):
     episode_reward: float
     facts: CounterfactualFacts
     graded_at: float = Field(description="Unix time (s) when grading finished")
+    mode: EpisodeMode = Field(default=EpisodeMode.DEBATE,
+                              description="the episode's mode (RFC 0006); records written before it was named are debates")
 
 
 class RewardsStatus(BaseModel):

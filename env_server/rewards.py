@@ -130,4 +130,5 @@ def episode_rewards_data(
         "episode_reward": float(final_correct),
         "facts": facts,
         "graded_at": graded_at,
+        "mode": episode.mode.value,
     }

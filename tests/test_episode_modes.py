@@ -222,6 +222,7 @@ def test_single_mode_over_mux_with_typed_refusals(server_url) -> None:
             rec = await session.rewards(timeout_s=60)
             assert rec is not None and [t.role for t in rec.turns] == [Role.SOLVER] and rec.episode_reward == 1.0
             assert rec.facts.verifier_accepted is None and rec.facts.judge_correct is None and rec.facts.rounds == 0
+            assert rec.mode is EpisodeMode.SINGLE  # the record names its mode
             assert set(rec.facts.local_rewards) == set(rec.facts.rewards_without_role) == {Role.SOLVER}
 
             with pytest.raises(MuxError) as info:
@@ -236,6 +237,14 @@ def test_single_mode_over_mux_with_typed_refusals(server_url) -> None:
             assert rec is not None and rec.episode_reward == 0.0 and rec.turns[0].error_kind is ErrorKind.WRONG_ANSWER
             result = await bystander.step("solver", rf"\boxed{{{problem.answer}}}")
             assert result.observation.mode is EpisodeMode.DEBATE and result.observation.role is Role.VERIFIER
+            await bystander.step("verifier", "VERDICT: CORRECT")
+            await bystander.step("judge", rf"\boxed{{{problem.answer}}}")
+            debate_record = await bystander.rewards(timeout_s=60)
+            assert debate_record is not None and debate_record.mode is EpisodeMode.DEBATE
+            # a record written before records named their mode (an old trajectory log or journal) reads as a debate
+            older = debate_record.model_dump(mode="json")
+            del older["mode"]
+            assert EpisodeRewards.model_validate(older).mode is EpisodeMode.DEBATE
 
     asyncio.run(main())
 
