@@ -116,7 +116,8 @@ class StateJournal:
         fingerprint: the problem source's fingerprint (``ProblemSource.fingerprint``); a
             journal written for another refuses to load.
         fsync_interval_s: seconds between fsyncs (``0``: after every frame).
-        compact_bytes: compact when the current file grows past this many bytes.
+        compact_bytes: compact when the current file grows past this many bytes (and past
+            twice its starting snapshot: :attr:`needs_compaction`).
     """
 
     def __init__(self, state_dir: str | Path, fingerprint: str, fsync_interval_s: float = 1.0,
@@ -127,6 +128,8 @@ class StateJournal:
         self.fsync_interval_s = fsync_interval_s
         self.compact_bytes = compact_bytes
         self.bytes_written = 0
+        #: size of the snapshot the current file started with (bytes)
+        self.snapshot_bytes = 0
         self._fd: int | None = None
         self._path: Path | None = None
         self._dirty = False
@@ -255,6 +258,7 @@ class StateJournal:
         if self._fd is not None:
             os.close(self._fd)
         self._fd, self._path, self.bytes_written, self._dirty = fd, path, written, False
+        self.snapshot_bytes = written
         for old in files:
             old.unlink(missing_ok=True)
         self._fsync_dir()
@@ -291,8 +295,11 @@ class StateJournal:
 
     @property
     def needs_compaction(self) -> bool:
-        """Whether the current file is past ``compact_bytes``."""
-        return self.bytes_written > self.compact_bytes
+        """Whether the current file is past ``compact_bytes`` and at least twice the size of
+        the snapshot it started with. The second rule stops a live state larger than
+        ``compact_bytes`` (many retained records) from being rewritten on every check: each
+        compaction must at least halve the file (Redis's AOF rewrite uses the same growth rule)."""
+        return self.bytes_written > max(self.compact_bytes, 2 * self.snapshot_bytes)
 
     def fsync(self) -> None:
         """Flush the current file to stable storage if anything was written since the last

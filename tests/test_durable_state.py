@@ -294,3 +294,24 @@ def test_a_journal_for_another_problem_source_refuses_to_start(tmp_path, math500
             stdout=log, stderr=subprocess.STDOUT, timeout=60).returncode
     assert code != 0
     assert "was written for another problem source" in log_path.read_text()
+
+
+def test_compaction_waits_for_the_file_to_double_its_snapshot(tmp_path) -> None:
+    """A live state bigger than ``compact_bytes`` (many retained records) is not rewritten on
+    every reaper pass: the file must pass the threshold *and* twice its starting snapshot."""
+    frame = StateJournal.action_frame("e1", 0, "solver", "x" * 1000)
+    journal = StateJournal(tmp_path, fingerprint="f", compact_bytes=100 * len(frame))
+    journal.start([frame] * 300)  # a snapshot three times the threshold
+    assert journal.snapshot_bytes > journal.compact_bytes and not journal.needs_compaction
+    while journal.bytes_written + len(frame) <= 2 * journal.snapshot_bytes:
+        journal.append(frame)
+    assert not journal.needs_compaction
+    journal.append(frame)
+    assert journal.needs_compaction
+    journal.start([frame] * 10)  # a small live state: the threshold rules again
+    while journal.bytes_written + len(frame) <= journal.compact_bytes:
+        journal.append(frame)
+    assert not journal.needs_compaction
+    journal.append(frame)
+    assert journal.needs_compaction
+    journal.close()
