@@ -121,20 +121,34 @@ def test_report_files_and_summary_fields(tmp_path):
     before = HeldoutReport(n=n, accuracy=0.2, valid_rate=0.9, accuracy_valid=0.22, k=8, temperature=1.0,
                            pass_at_k=0.6, sample_accuracy=0.15, sample_valid_rate=0.8, seconds=3.0, records=[])
 
-    def run(arm, seed, correct_n):
+    def run(arm, seed, correct_n, mode="debate"):
         curve = [{"step": s, "debate/reward/solver": 0.2 + 0.05 * s + 0.01 * seed, "step_time": 1.0} for s in (1, 2, 3)]
         heldout = {"accuracy": correct_n / n, "valid_rate": 1.0, "accuracy_valid": correct_n / n, "pass_at_k": 0.9,
                    "episode_reward": correct_n / n - 0.05, "finished_rate": 1.0}
         return RunResult(arm, seed, 100.0, 3, False, curve, {"step_time": 1.0}, 0.0, heldout,
-                         [i < correct_n for i in range(n)])
+                         [i < correct_n for i in range(n)], mode)
 
-    results = [run("baseline", 0, 10), run("baseline", 1, 12), run("shuffled", 0, 4), run("shuffled", 1, 5)]
+    results = [run("baseline", 0, 10), run("baseline", 1, 12), run("shuffled", 0, 4), run("shuffled", 1, 5),
+               run("baseline+single", 0, 12, "single"), run("baseline+single", 1, 12, "single")]
     protocol = {"model": "tiny-learning", "problems": "gen:single_digit_sum", "heldout_problems": n,
                 "heldout_seeds": [10**9, 10**9 + n - 1], "seeds": 2, "max_steps": 3, "pass_k": 8,
                 "eval_seconds_mean": 3.0, "command": "mathdebate ablate"}
-    write_ablation_report(tmp_path, protocol, before.summary() | {"episode_reward": 0.15}, before_correct, results,
-                          {"best constant": {"accuracy": 0.05, "answer": "9"}})
+    # the starting policy in single mode: right on 10 problems (its own prompt), not the debate's 4
+    single_correct = [i < 10 for i in range(n)]
+    single = HeldoutReport(n=n, accuracy=0.5, valid_rate=0.95, accuracy_valid=0.52, k=8, temperature=1.0,
+                           pass_at_k=0.7, sample_accuracy=0.4, sample_valid_rate=0.9, seconds=3.0, records=[])
+    write_ablation_report(tmp_path, protocol, {"debate": (before.summary() | {"episode_reward": 0.15}, before_correct),
+                                               "single": (single.summary(), single_correct)},
+                          results, {"best constant": {"accuracy": 0.05, "answer": "9"}})
     summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["before"]["accuracy"] == pytest.approx(0.2)
+    assert summary["before_by_mode"]["single"]["accuracy"] == pytest.approx(0.5)
+    single_arm = summary["arms"]["baseline+single"]
+    assert single_arm["mode"] == "single" and single_arm["accuracy_before"] == pytest.approx(0.5)
+    assert single_arm["valid_rate_before"] == pytest.approx(0.95)
+    # its gain is against the single-mode start: +10 points on every seed, not +40 against the debate's
+    assert single_arm["gain_by_seed_ci95"] == pytest.approx([0.1, 0.1])
+    assert summary["arms"]["baseline"]["mode"] == "debate"
     assert summary["arms"]["baseline"]["accuracy_before"] == pytest.approx(0.2)
     assert summary["arms"]["baseline"]["accuracy_after"] == pytest.approx(0.55)
     assert summary["arms"]["baseline"]["seeds"] == [0, 1]
@@ -143,6 +157,7 @@ def test_report_files_and_summary_fields(tmp_path):
     assert summary["arms"]["baseline"]["episode_reward_after"] == pytest.approx(0.5)
     report = (tmp_path / "report.md").read_text()
     assert "| baseline | 20.0 | 55.0 (50.0, 60.0) |" in report and "best constant (9) | 5.0 |" in report
+    assert "| baseline+single | 50.0 | 60.0 (60.0, 60.0) |" in report and "debate 20.0, single 50.0" in report
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 

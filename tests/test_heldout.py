@@ -133,3 +133,39 @@ def test_whole_debates_agree_with_the_first_answer_path_and_the_servers_rule(tin
     assert debates.finished_rate >= 0.9
     agree = sum(g == float(c) for g, c in zip(debates.episode_rewards, debates.first_answer_correct, strict=True))
     assert agree >= 20, (debates.episode_rewards, debates.first_answer_correct)
+    # single mode: one solver turn under the single-mode prompt; every episode's reward is its
+    # answer's correctness and there is no judge. (This model's warm-up had no single-mode
+    # episode, so it may call another role's tool there: the first-answer path counts that
+    # invalid, the episode path submits the text, as the training adapter does; they agree on
+    # valid calls.)
+    single_first = evaluate_first_answers(model, tokenizer, source, seeds, batch_size=10, mode="single")
+    single = evaluate_episodes(model, tokenizer, source, seeds, batch_size=10, mode="single")
+    assert single.n == 24 and single.judge_accuracy is None
+    assert single.episode_rewards == [float(c) for c in single.first_answer_correct]
+    assert all(c == r.correct for c, r in zip(single.first_answer_correct, single_first.records, strict=True) if r.valid)
+
+
+def test_single_mode_evaluation_prompts_with_the_single_mode_instructions() -> None:
+    """A policy trained in single mode saw the single-mode solver instructions (the server's
+    reset observation for ``mode: single``, rendered by the training adapter): the held-out
+    prompt for ``mode="single"`` holds exactly those, and differs from the debate prompt."""
+    from transformers import PreTrainedTokenizerFast
+
+    from env_server.debate import DebateEpisode
+    from env_server.models import DebateObservation, EpisodeMode
+    from env_server.prompts import SINGLE_SOLVER_PROMPT
+    from trainer_client.heldout import observation_prompt_ids
+    from trainer_client.tiny_model import SPECIAL_TOKENS, _train_tokenizer, tool_callables
+
+    trl = pytest.importorskip("trl")
+    from pathlib import Path
+
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer = _train_tokenizer(SPECIAL_TOKENS, 300, template)
+    assert isinstance(tokenizer, PreTrainedTokenizerFast)
+    problem, tools = load_problem_source("gen:single_digit_sum").by_seed(HELDOUT_SEED_BASE), tool_callables()
+    served = DebateEpisode("e", problem, max_rounds=1, max_action_chars=4096, mode=EpisodeMode.SINGLE)
+    observation = DebateObservation.model_validate(json.loads(served.last_observation)["observation"])
+    single = solver_prompt_ids(tokenizer, problem, tools, mode="single")
+    assert single == observation_prompt_ids(tokenizer, observation, tools)
+    assert SINGLE_SOLVER_PROMPT in tokenizer.decode(single) and single != solver_prompt_ids(tokenizer, problem, tools)

@@ -5,8 +5,9 @@ train with :func:`trainer_client.cli.run_training` against one env server (start
 ``--env-url`` is given), then evaluate the trained policy on held-out problems with the one
 evaluation path, :func:`trainer_client.heldout.evaluate_first_answers` (the tool-call format the
 policy was trained in; greedy first answer, pass@k at temperature 1), plus greedy whole debates
-for the episode reward (:func:`trainer_client.heldout.evaluate_episodes`). The starting policy is
-evaluated once, on the same problems, so every gain is paired.
+for the episode reward (:func:`trainer_client.heldout.evaluate_episodes`), in the arm's episode
+mode (the solver's prompt differs by mode). The starting policy is evaluated on the same problems
+in every mode an arm uses, so every gain is paired with the start in the arm's own mode.
 
 Controls, in the same report:
 
@@ -111,6 +112,9 @@ class RunResult:
     pairs_stored: float
     heldout: dict[str, Any]
     correct: list[bool] = field(repr=False, default_factory=list)
+    #: the episode mode it trained and was evaluated in (its gain is against the starting
+    #: policy evaluated in the same mode)
+    mode: str = "debate"
 
 
 # --------------------------------------------------------------------------- controls without training
@@ -231,10 +235,20 @@ def run_ablation(args: argparse.Namespace) -> Path:
 
     t0 = time.perf_counter()
     model, tokenizer = _load(model_path)
-    before = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
-    episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"])
-    before_correct = [r.correct for r in before.records]
-    eval_seconds = [before.seconds + episodes.seconds]
+    # The starting policy is evaluated in every mode an arm trains in (the solver's prompt
+    # differs by mode, RFC 0006), and in debate mode for the SFT control's gold debates.
+    befores: dict[str, tuple[dict[str, Any], list[bool]]] = {}
+    eval_seconds: list[float] = []
+    for mode in dict.fromkeys(["debate", *(arm.mode for arm in arms)]):
+        report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs, mode=mode)
+        episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"],
+                                     mode=mode)
+        eval_seconds.append(report.seconds + episodes.seconds)
+        befores[mode] = (report.summary() | {"episode_reward": episodes.episode_reward,
+                                             "finished_rate": episodes.finished_rate},
+                         [r.correct for r in report.records])
+        if mode == "debate":
+            before = report
     golds = [r.gold for r in before.records]
     controls: dict[str, Any] = (static_controls(golds, [r.problem for r in before.records])
                                 if "static" in args.controls else {})
@@ -267,7 +281,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                 run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
                 rl_seconds = time.perf_counter() - start
                 results.append(_evaluate_run(arm.name, seed, run_dir, rl_seconds, config.gold_supervised, source,
-                                             seeds_heldout, eval_kwargs, eval_seconds))
+                                             seeds_heldout, eval_kwargs | {"mode": arm.mode}, eval_seconds))
                 runs_bar.update(1)
             if sft_control and seed < control_seeds:
                 runs_bar.set_postfix_str(f"sft seed {seed}")
@@ -287,9 +301,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
     }
-    before_summary = before.summary() | {"episode_reward": episodes.episode_reward,
-                                         "finished_rate": episodes.finished_rate}
-    write_ablation_report(out, protocol, before_summary, before_correct, results, controls)
+    write_ablation_report(out, protocol, befores, results, controls)
     return out
 
 
@@ -344,8 +356,10 @@ def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: b
     from trainer_client.heldout import evaluate_episodes, evaluate_first_answers
 
     model, tokenizer = _load(run_dir / "final")
+    mode = eval_kwargs.get("mode", "debate")
     report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
-    episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"])
+    episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"],
+                                 mode=mode)
     eval_seconds.append(report.seconds + episodes.seconds)
     heldout = report.summary() | {"episode_reward": episodes.episode_reward, "finished_rate": episodes.finished_rate,
                                   "judge_accuracy": episodes.judge_accuracy}
@@ -354,7 +368,7 @@ def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: b
     curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
     return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, heldout,
-                     [r.correct for r in report.records])
+                     [r.correct for r in report.records], mode)
 
 
 def _sft_control(model_path: str | Path, problems: str | None, seed: int, seconds: float, out: Path, source: Any,

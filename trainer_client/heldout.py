@@ -148,12 +148,13 @@ def observation_prompt_ids(tokenizer: Any, observation: Any, tools: Sequence[Any
 
 
 def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | None = None,
-                      max_rounds: int = 1) -> list[int]:
-    """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout."""
+                      max_rounds: int = 1, mode: str = "debate") -> list[int]:
+    """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout of
+    an episode in ``mode`` (``debate`` or ``single``: the solver's instructions differ, RFC 0006)."""
     from env_server.debate import DebateEpisode
-    from env_server.models import DebateObservation
+    from env_server.models import DebateObservation, EpisodeMode
 
-    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096)
+    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096, mode=EpisodeMode(mode))
     observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
     return observation_prompt_ids(tokenizer, observation, tools)
 
@@ -273,7 +274,7 @@ def generate_turns(model: Any, tokenizer: Any, prompts: list[list[int]], *, samp
 
 def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *, k: int = 0,
                            temperature: float = 1.0, batch_size: int = 64, max_new_tokens: int = 96,
-                           sample_seed: int = 0, max_rounds: int = 1) -> HeldoutReport:
+                           sample_seed: int = 0, max_rounds: int = 1, mode: str = "debate") -> HeldoutReport:
     """Greedy first-answer accuracy (and pass@k at ``temperature`` with ``k`` samples) on
     ``source.by_seed(s)`` for ``s`` in ``seeds``.
 
@@ -287,6 +288,8 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
         max_new_tokens: longest generated turn.
         sample_seed: torch seed for the samples (reproducible).
         max_rounds: the episode's rounds (the solver's first instructions do not depend on it).
+        mode: the episode mode the policy was trained in (``debate`` or ``single``): the
+            solver's first prompt is that mode's, as in training.
     """
     import torch
 
@@ -297,7 +300,7 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
     model.train(False)
     tools = tool_callables()
     problems = [source.by_seed(s) for s in seeds]
-    prompts = [solver_prompt_ids(tokenizer, p, tools, max_rounds) for p in problems]
+    prompts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in problems]
     greedy: list[str] = []
     samples: list[list[str]] = []
     generator_state = torch.random.get_rng_state()
@@ -353,7 +356,8 @@ class EpisodeReport:
             (:func:`env_server.rewards.episode_rewards_data`).
         finished_rate: share of debates in which every turn was a valid call of the acting
             role's tool (the others were finished by forfeits, as the adapter does in training).
-        judge_accuracy: share of debates whose judge boxed a correct answer.
+        judge_accuracy: share of debates whose judge boxed a correct answer (``None`` in
+            ``single`` mode: there is no judge).
         episode_rewards: per problem, ``G`` (same order as the seeds).
         first_answer_correct: per problem, whether the solver's first answer was right.
         seconds: wall-clock of the evaluation.
@@ -362,7 +366,7 @@ class EpisodeReport:
     n: int
     episode_reward: float
     finished_rate: float
-    judge_accuracy: float
+    judge_accuracy: float | None
     episode_rewards: list[float]
     first_answer_correct: list[bool]
     seconds: float
@@ -373,8 +377,9 @@ class EpisodeReport:
 
 
 def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
-                      max_rounds: int = 1, batch_size: int = 64, max_new_tokens: int = 96) -> EpisodeReport:
-    """Greedy whole debates on ``source.by_seed(s)``: the model plays every role, turn by turn,
+                      max_rounds: int = 1, batch_size: int = 64, max_new_tokens: int = 96,
+                      mode: str = "debate") -> EpisodeReport:
+    """Greedy whole episodes on ``source.by_seed(s)``: the model plays every role, turn by turn,
     in the token layout of TRL's tool loop (its own tokens, then the tool-result suffix of the
     training chat template), against the server's own :class:`~env_server.debate.DebateEpisode`;
     answers graded with :func:`grade_answer_text` and ``G`` computed by the server's rewards rule.
@@ -390,11 +395,13 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
         max_rounds: solver/verifier rounds before the judge.
         batch_size: debates per generation batch (left padding).
         max_new_tokens: longest generated turn.
+        mode: ``debate``, or ``single`` (the solver's one answer, RFC 0006; no judge, so
+            ``judge_accuracy`` is ``None``).
     """
     from env_server.debate import DebateEpisode
     from env_server.grades import Grade
     from env_server.markers import ErrorKind
-    from env_server.models import DebateAction, DebateObservation
+    from env_server.models import DebateAction, DebateObservation, EpisodeMode
     from env_server.rewards import episode_rewards_data
     from trainer_client.env import FORFEIT_ACTION
     from trainer_client.tiny_model import tool_callables, training_chat_template
@@ -415,9 +422,9 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     try:
         for i in range(0, len(problems), batch_size):
             batch = problems[i:i + batch_size]
-            episodes = [DebateEpisode(f"heldout-{i + j}", p, max_rounds=max_rounds, max_action_chars=4096)
-                        for j, p in enumerate(batch)]
-            contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds) for p in batch]
+            episodes = [DebateEpisode(f"heldout-{i + j}", p, max_rounds=max_rounds, max_action_chars=4096,
+                                      mode=EpisodeMode(mode)) for j, p in enumerate(batch)]
+            contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in batch]
             forfeited = [False] * len(batch)
             while active := [j for j, e in enumerate(episodes) if not e.done]:
                 texts = generate_turns(model, tokenizer, [contexts[j] for j in active], sample=False, num=1,
@@ -455,6 +462,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
         model.train(was_training)
     n = len(rewards)
     return EpisodeReport(n=n, episode_reward=sum(rewards) / n if n else 0.0,
-                         finished_rate=finished / n if n else 0.0, judge_accuracy=judge_right / n if n else 0.0,
+                         finished_rate=finished / n if n else 0.0,
+                         judge_accuracy=(judge_right / n if n else 0.0) if mode == "debate" else None,
                          episode_rewards=rewards, first_answer_correct=first_correct,
                          seconds=time.perf_counter() - start)

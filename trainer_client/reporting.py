@@ -114,33 +114,44 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     return out_path
 
 
-def write_ablation_report(out: Path, protocol: dict[str, Any], before: dict[str, Any], before_correct: list[bool],
+def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str, tuple[dict[str, Any], list[bool]]],
                           results: list[Any], controls: dict[str, dict[str, Any]]) -> None:
     """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
 
     Args:
         out: the output directory.
         protocol: the fixed settings (model, problems, held-out size, seeds, steps, ...).
-        before: the starting policy's held-out figures: :meth:`HeldoutReport.summary
+        befores: per episode mode (``debate`` first), the starting policy's held-out figures
+            in that mode (:meth:`HeldoutReport.summary
             <trainer_client.heldout.HeldoutReport.summary>`, plus ``episode_reward`` and
-            ``finished_rate`` of :func:`~trainer_client.heldout.evaluate_episodes` when measured.
-        before_correct: ``(N,)`` its per-problem correctness.
+            ``finished_rate`` of :func:`~trainer_client.heldout.evaluate_episodes` when
+            measured) and its ``(N,)`` per-problem correctness. Each arm is compared with the
+            starting policy in its own mode (a run's ``mode``).
         results: :class:`~trainer_client.ablate.RunResult` per (arm, seed), controls included.
         controls: the answer-only controls (:func:`~trainer_client.ablate.static_controls`).
+
+    Raises:
+        KeyError: a run's mode has no starting-policy figures in ``befores``.
     """
     from trainer_client.ablation_stats import mean_interval, paired_gain
 
     arms: dict[str, list[Any]] = {}
     for result in results:
         arms.setdefault(result.arm, []).append(result)
-    b = before
-    summary: dict[str, Any] = {"protocol": protocol, "before": b, "controls": controls, "arms": {}}
+    first_mode = next(iter(befores))
+    summary: dict[str, Any] = {"protocol": protocol, "before": befores[first_mode][0], "controls": controls,
+                               "arms": {}}
+    if len(befores) > 1:
+        summary["before_by_mode"] = {mode: figures for mode, (figures, _) in befores.items()}
     for name, runs in arms.items():
+        mode = getattr(runs[0], "mode", first_mode)
+        b, before_correct = befores[mode]
         gain = paired_gain(before_correct, [r.correct for r in runs])
         after = {key: mean_interval([r.heldout[key] for r in runs]).mean
                  for key in ("accuracy", "valid_rate", "accuracy_valid", "pass_at_k", "episode_reward", "finished_rate")
                  if runs[0].heldout.get(key) is not None}
         summary["arms"][name] = {
+            "mode": mode,
             "accuracy_before": b["accuracy"],
             "accuracy_after": after["accuracy"],
             "seeds": [r.seed for r in runs],
@@ -150,6 +161,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], before: dict[str,
             "valid_rate_after": after.get("valid_rate"),
             "accuracy_valid_after": after.get("accuracy_valid"),
             "pass_at_k_after": after.get("pass_at_k"),
+            "valid_rate_before": b.get("valid_rate"),
+            "pass_at_k_before": b.get("pass_at_k"),
             "episode_reward_before": b.get("episode_reward"),
             "episode_reward_after": after.get("episode_reward"),
             "finished_rate_after": after.get("finished_rate"),
@@ -160,8 +173,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], before: dict[str,
             "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
         }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    _ablation_plot(out / "report.png", arms, b, controls)
-    (out / "report.md").write_text(_ablation_markdown(summary, arms, before_correct))
+    _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
+    (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
 
 
 def _control_seeds_note(protocol: dict[str, Any]) -> str:
@@ -175,10 +188,11 @@ def _pct(fraction: float | None) -> str:
     return "-" if fraction is None else f"{100 * fraction:.1f}"
 
 
-def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], before_correct: list[bool]) -> str:
+def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
+                       befores: dict[str, tuple[dict[str, Any], list[bool]]]) -> str:
     from trainer_client.ablation_stats import paired_gain
 
-    p, b = summary["protocol"], summary["before"]
+    p = summary["protocol"]
     lines = [
         "# mathdebate ablate: held-out accuracy before and after training", "",
         f"Model `{p['model']}`, problems `{p['problems']}`, {p['heldout_problems']} held-out problems "
@@ -196,17 +210,21 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]], befo
     ]
     for name, arm in summary["arms"].items():
         runs = arms[name]
-        gain = paired_gain(before_correct, [r.correct for r in runs])
+        gain = paired_gain(befores[arm["mode"]][1], [r.correct for r in runs])
         step_time = arm["run_means"].get("step_time")
         lines.append(
             f"| {name} | {_pct(arm['accuracy_before'])} | {_pct(arm['accuracy_after'])} "
             f"({', '.join(_pct(x) for x in arm['accuracy_after_by_seed'])}) | {gain.by_seed.points()} | "
-            f"{gain.by_problem.points()} | {_pct(b['valid_rate'])} → {_pct(arm['valid_rate_after'])} | "
-            f"{_pct(arm['accuracy_valid_after'])} | {_pct(b.get('pass_at_k'))} → {_pct(arm['pass_at_k_after'])} | "
+            f"{gain.by_problem.points()} | {_pct(arm['valid_rate_before'])} → {_pct(arm['valid_rate_after'])} | "
+            f"{_pct(arm['accuracy_valid_after'])} | {_pct(arm['pass_at_k_before'])} → {_pct(arm['pass_at_k_after'])} | "
             f"{_pct(arm['episode_reward_before'])} → {_pct(arm['episode_reward_after'])} | "
             f"{sum(arm['rl_seconds']) / len(arm['rl_seconds']):.0f} | "
             f"{'-' if step_time is None else f'{step_time:.2f}'} | {sum(arm['pairs_stored']) / len(runs):.0f} | "
             f"{_pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
+    if len(befores) > 1:
+        lines += ["", "Each arm's *before* is the starting policy evaluated in the arm's own episode mode (the "
+                  "solver's prompt differs by mode): " + ", ".join(
+                      f"{mode} {_pct(figures['accuracy'])}" for mode, (figures, _) in befores.items()) + "."]
     lines += ["", "Episode reward: greedy whole debates on the same held-out problems (the model plays every role; "
               "`G` by the server's rule; a turn that is not a valid call of its role's tool ends the debate with "
               "forfeits, as in training).", "",
