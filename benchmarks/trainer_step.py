@@ -9,7 +9,7 @@
    fresh process and reports its peak RSS above the process's baseline. Reported as
    ``naive / fused`` (higher is better). Skipped, with one line saying so, without liger-kernel.
 
-Usage: ``python benchmarks/trainer_step.py [--repeats 7] [--error-site-rate 0.25]``. CPU only here;
+Usage: ``python benchmarks/trainer_step.py [--repeats 7] [--error-site-rate 0.25] [--pairs-per-step 4]``. CPU only here;
 on a GPU box the same script times CUDA (memory part uses RSS, so run it on CPU).
 The last line printed is one JSON object.
 """
@@ -43,7 +43,7 @@ def build_model(vocab: int, hidden: int, layers: int):
     return Qwen2ForCausalLM(config)
 
 
-def make_trainers(model, tokenizer, workdir: Path):
+def make_trainers(model, tokenizer, workdir: Path, pairs_per_step: int = 4):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -60,7 +60,7 @@ def make_trainers(model, tokenizer, workdir: Path):
     plain = GRPOTrainer(model=model, reward_funcs=[zero], args=args, train_dataset=dataset, processing_class=tokenizer)
     store = PairStore(workdir / "pairs.jsonl")
     ours = DebateGRPOTrainer(model=model, reward_funcs=[zero], args=args, train_dataset=dataset, processing_class=tokenizer,
-                             sdpo=SDPOConfig(alpha=0.1), replay=ReplayConfig(beta=0.05, pairs_per_step=4),
+                             sdpo=SDPOConfig(alpha=0.1), replay=ReplayConfig(beta=0.05, pairs_per_step=pairs_per_step),
                              hints={"solver/wrong_answer": "Your final answer is not correct. Re-derive it."},
                              teacher_pool=object(), pair_store=store)
     for trainer in (plain, ours):
@@ -131,7 +131,7 @@ def step_time_benchmark(args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(args.tiny_model_dir))
     model = build_model(len(tokenizer), args.hidden, args.layers)
     model.train()
-    plain, ours, store = make_trainers(model, tokenizer, workdir)
+    plain, ours, store = make_trainers(model, tokenizer, workdir, args.pairs_per_step)
     add_pairs(ours, store, 16, args)
     batch = make_batch(tokenizer, args.rows, args.prompt_len, args.completion_len, args.error_site_rate, len(tokenizer))
     for _ in range(2):  # warm-up
@@ -181,6 +181,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--error-site-rate", type=float, default=0.25)
     parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--pairs-per-step", type=int, default=4,
+                        help="DPO pairs in the replay term of one micro-batch (ReplayConfig.pairs_per_step)")
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--completion-len", type=int, default=384)
     parser.add_argument("--hidden", type=int, default=256)
@@ -201,7 +203,7 @@ def main() -> None:
         "benchmark": "trainer_step",
         "ours": round(step["ours_s"], 5), "baseline": round(step["baseline_s"], 5),
         "ratio": round(step["ratio"], 3), "target_ratio_max": TARGET_RATIO, "error_site_rate": args.error_site_rate,
-        "runs": args.repeats,
+        "runs": args.repeats, "rows": args.rows, "pairs_per_step": args.pairs_per_step,
     }
     if have_liger:
         fused = jsd_memory("fused", args.jsd_tokens, args.hidden, args.jsd_vocab)
