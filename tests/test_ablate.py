@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_role_mapping import make_record
 
-from trainer_client.ablate import Arm, RunResult, ablation_model, plan_arms, static_controls
+from trainer_client.ablate import Arm, RunResult, ablation_model, ablation_modes, plan_arms, static_controls
 from trainer_client.ablation_stats import mean_interval, paired_gain
 from trainer_client.advantages import score_unfinished_debates, shuffle_episode_rewards
 
@@ -50,6 +50,25 @@ def test_a_single_arm_trains_in_single_mode(tmp_path):
     args.overrides = {"mode": "debate"}
     with pytest.raises(ValueError, match="use --modes"):
         run_ablation(args)
+
+
+def test_without_modes_an_ablation_keeps_the_configs_mode(tmp_path):
+    """``--modes`` defaults to the config's ``mode``: a config that trains in single mode is
+    ablated in single mode (the CLI's default used to override it with ``debate``)."""
+    import argparse
+
+    from trainer_client.ablate import add_ablate_command
+    from trainer_client.config import load_config
+
+    config = tmp_path / "single.yaml"
+    config.write_text("mode: single\n")
+    parser = argparse.ArgumentParser()
+    add_ablate_command(parser.add_subparsers())
+    args = parser.parse_args(["ablate", "--config", str(config)])
+    assert args.modes is None
+    assert ablation_modes(args.modes, load_config(str(config), None, {}).mode) == ["single"]
+    assert ablation_modes(args.modes, load_config(None, None, {}).mode) == ["debate"]
+    assert ablation_modes(["debate", "single"], "single") == ["debate", "single"]  # --modes wins
 
 
 def test_model_choice_keeps_a_configs_model():

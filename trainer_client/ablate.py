@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Arm", "ablation_model", "add_ablate_command", "plan_arms", "run_ablation", "run_overrides"]
+__all__ = ["Arm", "ablation_model", "ablation_modes", "add_ablate_command", "plan_arms", "run_ablation", "run_overrides"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,12 @@ class Arm:
         if self.mode != "debate":
             parts.append(self.mode)
         return "+".join(parts)
+
+
+def ablation_modes(modes: Sequence[str] | None, config_mode: str) -> list[str]:
+    """The episode modes of an ablation: ``--modes`` when given, else the config's own ``mode``
+    (a config that trains in ``single`` mode ablates in it, not in the CLI's default)."""
+    return list(modes) if modes else [config_mode]
 
 
 def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[str], shuffled_control: bool) -> list[Arm]:
@@ -222,11 +228,12 @@ def run_ablation(args: argparse.Namespace) -> Path:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    arms = plan_arms(args.arms, args.shaping, args.modes, shuffled_control="shuffled" in args.controls)
     if "mode" in args.overrides:
         raise ValueError("-o mode=...: the episode mode is set per arm; use --modes")
     model_name = ablation_model(args.model, args.config)
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
+    arms = plan_arms(args.arms, args.shaping, ablation_modes(args.modes, base.mode),
+                     shuffled_control="shuffled" in args.controls)
     problems = args.problems or base.problems or (TINY_FAMILY if base.model in TINY_MODELS else None)
     model_path = tiny_model_path(base.model, out) if base.model in TINY_MODELS else base.model
     source = load_problem_source(problems)
@@ -405,7 +412,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     if args.no_controls:
         args.controls = []
     try:
-        plan_arms(args.arms, args.shaping, args.modes, shuffled_control="shuffled" in args.controls)
+        plan_arms(args.arms, args.shaping, args.modes or ["debate"], shuffled_control="shuffled" in args.controls)
     except ValueError as exc:
         print(f"mathdebate ablate: {exc}", file=sys.stderr)
         return 2
@@ -427,8 +434,9 @@ def add_ablate_command(sub: Any) -> None:
     ablate = sub.add_parser("ablate", help="train every arm × seed, evaluate held-out accuracy, write a report")
     ablate.add_argument("--arms", nargs="+", default=["baseline"], choices=PRESET_NAMES)
     ablate.add_argument("--shaping", nargs="+", default=["identity"], help="reward-shaping strategies (one arm each)")
-    ablate.add_argument("--modes", nargs="+", default=["debate"],
-                        help="episode modes: debate (solver, verifier, judge) and/or single (the solver alone)")
+    ablate.add_argument("--modes", nargs="+", default=None,
+                        help="episode modes: debate (solver, verifier, judge) and/or single (the solver alone); "
+                             "default: the config's mode (debate without a config)")
     ablate.add_argument("--seeds", type=int, default=3)
     ablate.add_argument("--max-steps", type=int, default=None,
                         help="RL steps per run (default: 200 for the tiny model, else the config's max_steps)")
