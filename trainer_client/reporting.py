@@ -144,7 +144,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
     if len(befores) > 1:
         summary["before_by_mode"] = {mode: figures for mode, (figures, _) in befores.items()}
     for name, runs in arms.items():
-        mode = getattr(runs[0], "mode", first_mode)
+        mode = runs[0].mode
         b, before_correct = befores[mode]
         gain = paired_gain(before_correct, [r.correct for r in runs])
         after = {key: mean_interval([r.heldout[key] for r in runs]).mean
