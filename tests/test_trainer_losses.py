@@ -156,6 +156,71 @@ def test_replay_dpo_term_uses_stored_pairs(model_and_tokenizer, tmp_path) -> Non
     loss.backward()
 
 
+def make_pair(trainer, tokenizer, chosen: str, rejected: str, episode_id: str) -> DpoPair:
+    """A scorable pair on a chat context, its reference log-probs taken under ``trainer.model``."""
+    context = tokenizer.apply_chat_template([{"role": "user", "content": "What is 6 times 7?"}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+    chosen_ids, rejected_ids = (tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                                for text in (chosen, rejected))
+    pair = DpoPair(prompt_messages=[{"role": "user", "content": "What is 6 times 7?"}], chosen=chosen, rejected=rejected,
+                   episode_id=episode_id, t=0, role="solver", teacher="oracle", created_step=0,
+                   context_ids=list(context), chosen_ids=chosen_ids, rejected_ids=rejected_ids)
+    with torch.no_grad():
+        ref_chosen, ref_rejected = trainer._pair_logps(trainer.model, [pair])
+    # an offset reference, so each pair's margin (and its loss) differs from log 2
+    pair.ref_chosen_logp, pair.ref_rejected_logp = ref_chosen.item() + 3.0, ref_rejected.item() - 1.0
+    return pair
+
+
+def test_replay_pairs_per_step_do_not_depend_on_gradient_accumulation(model_and_tokenizer, tmp_path) -> None:
+    """``pairs_per_step`` pairs are drawn once per optimiser step and dealt over its micro-batches:
+    the summed gradient of the micro-batches' terms (each divided by the accumulation, as
+    ``compute_loss`` does) equals the gradient of the mean DPO loss over the same pairs in one
+    micro-batch, and a micro-batch left without a share adds nothing and logs nothing."""
+    model, tokenizer = model_and_tokenizer
+    store = PairStore(tmp_path / "pairs.jsonl")
+    trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, replay=ReplayConfig(beta=0.05, pairs_per_step=3),
+                           teacher_pool=object(), pair_store=store)
+    store.add([make_pair(trainer, tokenizer, r"It is \boxed{42}.", r"It is \boxed{41}.", "a"),
+               make_pair(trainer, tokenizer, r"So \boxed{42}", r"So \boxed{40}", "b"),
+               make_pair(trainer, tokenizer, r"42, so \boxed{42}.", r"\boxed{7}", "c")])
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def gradient(loss: torch.Tensor) -> list[torch.Tensor]:
+        return [g.clone() for g in torch.autograd.grad(loss, params, allow_unused=True, retain_graph=False)
+                if g is not None]
+
+    trainer.state.global_step = 7
+    drawn = []
+    original_sample = store.sample
+    store.sample = lambda n, rng: drawn.append(original_sample(n, rng)) or drawn[-1]
+    shares = [trainer._replay_loss(model, "train", 2) for _ in range(2)]
+    assert len(drawn) == 1 and len(drawn[0]) == 3  # one draw for the step, all three pairs
+    (first, first_logged), (second, second_logged) = shares
+    assert first is not None and second is not None
+    accumulated = gradient(first / 2 + second / 2)
+    whole = gradient(trainer._dpo_loss(model, drawn[0]))
+    assert len(accumulated) == len(whole) > 0
+    for a, b in zip(accumulated, whole, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    # logged: each micro-batch's own mean (2 pairs, then 1), never the scaled term
+    losses = [trainer._dpo_loss(model, [p]).item() for p in drawn[0]]
+    assert first_logged == pytest.approx((losses[0] + losses[2]) / 2, rel=1e-4)
+    assert second_logged == pytest.approx(losses[1], rel=1e-4)
+
+    # fewer pairs than micro-batches: the later micro-batches add no term and log nothing
+    trainer.replay.pairs_per_step = 1
+    trainer.state.global_step = 8
+    shares = [trainer._replay_loss(model, "train", 3) for _ in range(3)]
+    assert len(drawn) == 2 and len(drawn[1]) == 1
+    assert shares[0][0] is not None and shares[0][1] == pytest.approx(trainer._dpo_loss(model, drawn[1]).item(), rel=1e-4)
+    assert shares[1] == (None, None) and shares[2] == (None, None)
+    # the next optimiser step draws again
+    trainer.state.global_step = 9
+    trainer._replay_loss(model, "train", 3)
+    assert len(drawn) == 3
+
+
 # ---------------------------------------------------------------------------- replay pairs on the rollout's tokens
 
 

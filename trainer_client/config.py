@@ -95,7 +95,10 @@ class ReplayConfig(_Strict):
         dpo_beta: DPO's temperature.
         teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing).
         budget_per_step: most teacher calls started per training step.
-        pairs_per_step: pairs in the DPO term of one micro-batch.
+        pairs_per_step: pairs in the DPO term of one optimiser step, drawn once per step and
+            dealt over its gradient-accumulation micro-batches (the same DPO batch whatever the
+            accumulation). Each pair costs about one context plus two turns of forward and
+            backward (README, "Speed").
         roles: roles whose turns are replayed to teachers.
         max_workers: threads running teacher calls.
         pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).

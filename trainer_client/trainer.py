@@ -147,6 +147,8 @@ class DebateGRPOTrainer(GRPOTrainer):
         self._hint_ids: dict[str, list[int]] = {}
         self._gen_prompt_ids = self._chat_delta([{"role": "user", "content": "x"}], [], generation_prompt=True)
         self._rng = random.Random(self.args.seed)
+        #: the current optimiser step's DPO pairs: (global_step, shares per micro-batch, count, next share)
+        self._replay_shares: tuple[int, list[list[Any]], int, int] | None = None
         self._initial_policy = self._frozen_initial_policy() if self.replay.beta > 0 else None
 
     # ------------------------------------------------------------------ typed views of TRL's attributes
@@ -320,7 +322,7 @@ class DebateGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         total = grpo
-        sdpo_value = replay_value = 0.0
+        sdpo_value = 0.0
         if self.sdpo.alpha > 0:
             # one forward per micro-batch (TRL does not chunk it in compute_loss); else recompute
             hidden = captured[0] if len(captured) == 1 else None
@@ -328,16 +330,17 @@ class DebateGRPOTrainer(GRPOTrainer):
             if sdpo is not None:
                 total = total + self.sdpo.alpha * sdpo / accumulation
                 sdpo_value = sdpo.item()
+        replay_logged: float | None = 0.0
         if self.replay.beta > 0:
-            replay = self._replay_loss(model)
+            replay, replay_logged = self._replay_loss(model, mode, accumulation)
             if replay is not None:
                 total = total + self.replay.beta * replay / accumulation
-                replay_value = replay.item()
         metrics = self._metrics[mode]
         metrics["loss/grpo"].append(grpo.item() * accumulation)
         metrics["loss/sdpo_jsd"].append(sdpo_value)
         metrics[DEPRECATED_SDPO_KEY].append(sdpo_value)  # the old name, for one release
-        metrics["loss/trace_replay_dpo"].append(replay_value)
+        if replay_logged is not None:
+            metrics["loss/trace_replay_dpo"].append(replay_logged)
         metrics["loss/total"].append(total.item() * accumulation)
         return total
 
@@ -568,10 +571,43 @@ class DebateGRPOTrainer(GRPOTrainer):
         return replay_pair_logps(model, pairs, pad_token_id=self._text_tokenizer.pad_token_id,
                                  max_completion_length=self.max_completion_length, device=self.accelerator.device)
 
-    def _replay_loss(self, model) -> torch.Tensor | None:
-        """DPO's sigmoid loss on a sample of stored pairs (only pairs with token ids and
-        reference log-probs are sampled)."""
-        pairs = self.pair_store.sample(self.replay.pairs_per_step, self._rng)
+    def _replay_loss(self, model: torch.nn.Module, mode: str,
+                     accumulation: int) -> tuple[torch.Tensor | None, float | None]:
+        """This micro-batch's share of DPO's sigmoid loss on the step's sample of stored pairs.
+
+        ``replay.pairs_per_step`` pairs are drawn once per optimiser step (only pairs with token
+        ids and reference log-probs) and dealt round-robin over the step's ``accumulation``
+        micro-batches, so the DPO batch of a step does not depend on how gradient accumulation
+        splits it (a memory setting, not an algorithm setting). Micro-batch ``j`` with pairs
+        ``P_j`` of the step's ``N`` returns ``accumulation · Σ_{p∈P_j} ℓ_p / N``; after the
+        caller's ``/ accumulation`` the step's gradient is that of the mean loss over its ``N``
+        pairs, as with one micro-batch. Outside training (or with one micro-batch) each call
+        draws its own pairs and returns their mean.
+
+        Returns:
+            ``(loss, logged)``: the scalar term (``None``: no pair for this micro-batch) and the
+            value logged as ``loss/trace_replay_dpo``: the mean loss over this micro-batch's
+            pairs; 0 on the first micro-batch of a step that drew none; ``None`` (nothing
+            logged, so the logged mean is not diluted) on a later micro-batch left without a share.
+        """
+        if mode != "train" or accumulation == 1:
+            loss = self._dpo_loss(model, self.pair_store.sample(self.replay.pairs_per_step, self._rng))
+            return loss, (0.0 if loss is None else loss.item())
+        step = self.state.global_step
+        if self._replay_shares is None or self._replay_shares[0] != step:
+            drawn = self.pair_store.sample(self.replay.pairs_per_step, self._rng)
+            self._replay_shares = (step, [drawn[j::accumulation] for j in range(accumulation)], len(drawn), 0)
+        step, shares, drawn_count, index = self._replay_shares
+        self._replay_shares = (step, shares, drawn_count, index + 1)
+        share = shares[index] if index < len(shares) else []
+        if not share:
+            return None, (0.0 if index == 0 else None)
+        loss = self._dpo_loss(model, share)
+        assert loss is not None
+        return loss * (accumulation * len(share) / drawn_count), loss.item()
+
+    def _dpo_loss(self, model: torch.nn.Module, pairs: list[Any]) -> torch.Tensor | None:
+        """DPO's sigmoid loss averaged over ``pairs`` (``None`` for no pair)."""
         if not pairs:
             return None
         chosen, rejected = self._pair_logps(model, pairs)
