@@ -460,8 +460,12 @@ class MuxClient:
                 future.set_exception(error)
 
     async def open_session(self) -> MuxSession:
-        """Open a new session. Raises :class:`MuxError` (``CAPACITY_REACHED``) at a limit."""
-        frame, _ = await self._request({"type": "open", "data": {}})
+        """Open a new session. Raises :class:`MuxError` (``CAPACITY_REACHED``) at a limit.
+
+        The ``open`` carries a fresh ``open_id`` (128 random bits), so when it is re-sent after
+        a reconnect the server answers with the session the first one opened, if it did
+        (RFC 0001, "Re-sent opens"), instead of leaving that one orphaned."""
+        frame, _ = await self._request({"type": "open", "data": {"open_id": os.urandom(16).hex()}})
         session = MuxSession(self, frame["data"]["session_id"], frame["data"]["resume_token"])
         self._sessions[session.session_id] = session
         return session

@@ -344,9 +344,20 @@ class RewardsQuery(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0, le=600)
 
 
+class OpenData(BaseModel):
+    """``open`` request. ``open_id``: a nonce the client chose (at least 16 characters, e.g.
+    128 random bits in hex) that makes a re-sent ``open`` safe: while the session it opened
+    lives, within ``resume_window_s`` of the first ``open``, the same ``open_id`` gets the same
+    session and resume token (moved to the asking connection) instead of a second session
+    (RFC 0001, "Re-sent opens"). Other keys are ignored, as before."""
+
+    model_config = ConfigDict(extra="ignore")
+    open_id: str | None = Field(default=None, min_length=16, max_length=128)
+
+
 class OpenFrame(_Frame):
     type: Literal["open"]
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: OpenData = Field(default_factory=OpenData)
 
 
 class AttachFrame(_SessionFrame):

@@ -175,13 +175,17 @@ class DebateService:
         """The problem source's name (e.g. ``math500``)."""
         return self.problems.name
 
-    def open(self, kind: SessionKind, owner: Connection | None = None) -> Opened:
-        """Open a session owned by ``owner`` (``None`` for HTTP sessions).
+    def open(self, kind: SessionKind, owner: Connection | None = None, open_id: str | None = None) -> Opened:
+        """Open a session owned by ``owner`` (``None`` for HTTP sessions). ``open_id``: the
+        client's nonce of a ``mux`` open; a re-sent open with it gets the earlier session
+        (``SessionRegistry.open``).
 
         Raises:
             CapacityError: the server-wide or the per-connection session limit is reached.
         """
-        session, token = self.sessions.open(kind, owner)
+        session, token, earlier = self.sessions.open(kind, owner, open_id)
+        if earlier:
+            return Opened(session.session_id, token, self.config.resume_window_s)
         if self.journal is not None and kind == "mux":
             self.journal.append(StateJournal.session_frame(session.session_id, session.token_hash, time.time()))
         return Opened(session.session_id, token, self.config.resume_window_s)

@@ -89,6 +89,9 @@ class SessionRegistry:
         self.resume_window_s = resume_window_s
         self.idle_timeout_s = idle_timeout_s
         self._sessions: dict[str, Session] = {}
+        #: ``open_id`` -> (session id, resume token, monotonic deadline): what a re-sent ``open``
+        #: gets back (the token is held in memory for ``resume_window_s`` only, never journaled)
+        self._opened: dict[str, tuple[str, str, float]] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -96,13 +99,27 @@ class SessionRegistry:
     def __iter__(self) -> Iterator[Session]:
         return iter(list(self._sessions.values()))
 
-    def open(self, kind: SessionKind, owner: Connection | None = None) -> tuple[Session, str]:
-        """Create a session owned by ``owner``. Returns it and its resume token (``mux``: 32
-        URL-safe random characters, handed out only here; other kinds: ``""``).
+    def open(self, kind: SessionKind, owner: Connection | None = None,
+             open_id: str | None = None) -> tuple[Session, str, bool]:
+        """Create a session owned by ``owner``. Returns it, its resume token (``mux``: 32
+        URL-safe random characters, handed out only here; other kinds: ``""``) and whether it
+        is an earlier ``open``'s session.
+
+        ``open_id`` (``mux`` only): the client's nonce for this ``open``. An ``open`` re-sent
+        with the same ``open_id`` while that session lives, within ``resume_window_s`` of the
+        first, gets the same session and token, moved to ``owner`` as :meth:`attach` moves it:
+        a client that lost the reply to its ``open`` in a dropped connection does not leave an
+        orphan session behind.
 
         Raises:
             CapacityError: the server-wide or the per-connection limit is reached.
         """
+        if open_id is not None and kind == "mux":
+            earlier = self._opened.get(open_id)
+            if earlier is not None and earlier[0] in self._sessions and time.monotonic() <= earlier[2]:
+                session_id, token, _ = earlier
+                session = self.attach(session_id, token, owner) if owner is not None else self._sessions[session_id]
+                return session, token, True
         if len(self._sessions) >= self.max_sessions:
             raise CapacityError(
                 f"Server at capacity: {len(self._sessions)}/{self.max_sessions} sessions active.",
@@ -118,7 +135,9 @@ class SessionRegistry:
         self._sessions[session.session_id] = session
         if owner is not None:
             owner.session_ids.add(session.session_id)
-        return session, token
+        if open_id is not None and kind == "mux":
+            self._opened[open_id] = (session.session_id, token, time.monotonic() + self.resume_window_s)
+        return session, token, False
 
     def restore(self, session_id: str, token_hash: bytes) -> Session:
         """Add a ``mux`` session recovered from the state journal, detached: it waits
@@ -202,6 +221,8 @@ class SessionRegistry:
         """Remove and return sessions past their resume window or idle timeout, each with the
         reason (``"resume_window_expired"`` or ``"idle_timeout"``)."""
         now = time.monotonic() if now is None else now
+        for open_id in [key for key, (_, _, deadline) in self._opened.items() if deadline < now]:
+            del self._opened[open_id]
         out = []
         for session in list(self._sessions.values()):
             if session.detached_at is not None and now - session.detached_at > self.resume_window_s:

@@ -230,7 +230,7 @@ class MuxConnection:
     # Each returns the reply frame, or None when it answers later (rewards with wait).
 
     def _open(self, frame: OpenFrame) -> bytes:
-        opened = self.service.open("mux", self)
+        opened = self.service.open("mux", self, frame.data.open_id)
         return encode_frame("opened", frame.request_id, opened.session_id, {
             "session_id": opened.session_id,
             "resume_token": opened.resume_token,

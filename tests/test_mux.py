@@ -269,3 +269,65 @@ def test_a_re_sent_step_with_its_t_is_answered_from_the_store_and_not_taken_twic
         first = http.post("/step", json={"episode_id": episode_id, "action": action}).json()
         again = http.post("/step", json={"episode_id": episode_id, "action": action}).json()
         assert again == first and http.get("/state", params={"episode_id": episode_id}).json()["step_count"] == 1
+
+
+def test_a_re_sent_open_gets_the_session_the_first_one_opened(server_url) -> None:
+    """RFC 0001 "Re-sent opens": the reply to an ``open`` is lost with its connection; the client
+    re-sends it (same ``open_id``) on a new connection and gets the same session and token, now
+    attached there, instead of a second session while the first waits out its resume window."""
+
+    async def main() -> None:
+        url = server_url.replace("http", "ws") + "/ws/mux"
+        open_id = "a" * 32
+        async with websockets.connect(url) as first:
+            await first.send(json.dumps({"type": "open", "request_id": 1, "data": {"open_id": open_id}}))
+            opened = json.loads(await first.recv())
+        # the first connection is gone (its reply "lost"); the open is re-sent elsewhere
+        async with websockets.connect(url) as second:
+            await second.send(json.dumps({"type": "open", "request_id": 1, "data": {"open_id": open_id}}))
+            again = json.loads(await second.recv())
+            assert again["type"] == "opened"
+            assert (again["session_id"], again["data"]["resume_token"]) == (opened["session_id"],
+                                                                           opened["data"]["resume_token"])
+            # it is attached to the new connection
+            await second.send(json.dumps({"type": "reset", "request_id": 2, "session_id": again["session_id"],
+                                          "data": {"seed": 3}}))
+            assert json.loads(await second.recv())["type"] == "observation"
+            # another nonce, or none, opens another session
+            for data in ({"open_id": "b" * 32}, {}):
+                await second.send(json.dumps({"type": "open", "request_id": 3, "data": data}))
+                other = json.loads(await second.recv())
+                assert other["type"] == "opened" and other["session_id"] != opened["session_id"]
+            # a nonce too short to be one is refused with an error frame; the connection serves on
+            await second.send(json.dumps({"type": "open", "request_id": 4, "data": {"open_id": "short"}}))
+            refused = json.loads(await second.recv())
+            assert (refused["type"], refused["request_id"]) == ("error", 4)
+            await second.send(json.dumps({"type": "ping", "request_id": 5}))
+            assert json.loads(await second.recv())["type"] == "pong"
+
+    run(main())
+
+
+def test_session_registry_answers_a_re_sent_open_without_a_second_session() -> None:
+    from env_server.sessions import SessionRegistry
+
+    class Conn:
+        def __init__(self, name: str) -> None:
+            self.connection_id, self.session_ids = name, set()
+
+        def rewards_ready(self, session_id, body) -> None: ...
+
+        def session_closed(self, session_id, reason) -> None: ...
+
+    registry = SessionRegistry(max_sessions=10, max_per_connection=10, resume_window_s=5, idle_timeout_s=60)
+    old, new = Conn("old"), Conn("new")
+    session, token, earlier = registry.open("mux", old, "n" * 16)
+    assert not earlier and len(registry) == 1
+    registry.detach(old)
+    again, token_again, earlier = registry.open("mux", new, "n" * 16)
+    assert earlier and again is session and token_again == token and len(registry) == 1
+    assert session.owner is new and session.detached_at is None and new.session_ids == {session.session_id}
+    # past the resume window of the first open the nonce is forgotten (the reaper prunes it)
+    registry.expired(now=__import__("time").monotonic() + 6)
+    _, _, earlier = registry.open("mux", new, "n" * 16)
+    assert not earlier
