@@ -12,8 +12,9 @@ Routes (openenv-core 0.3.0 shapes unless noted):
   ``routes_ui``.
 
 Auth: with a bearer token configured every route but ``/health`` requires it
-(``Authorization: Bearer ...``; WebSockets may pass ``?token=``; HTTP routes also accept the
-viewer's cookie, which ``/ui?token=`` sets).
+(``Authorization: Bearer ...``; WebSockets may pass ``?token=``; HTTP reads, ``GET`` and
+``HEAD``, also accept the viewer's cookie, which ``/ui?token=`` sets: a credential derived from
+the token, never the token itself).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import env_server
-from env_server.auth import COOKIE_NAME, extract_token, token_ok
+from env_server.auth import COOKIE_NAME, cookie_ok, extract_token, token_ok
 from env_server.config import ServerConfig
 from env_server.errors import DebateError, InvalidActionError
 from env_server.frames import invalid_action_errors
@@ -101,9 +102,9 @@ def create_app(config: ServerConfig | None = None, service: DebateService | None
     app.state.service = service
 
     def require_token(request: Request) -> None:
-        presented = extract_token(request.headers.get("authorization"), request.query_params.get("token"),
-                                  request.cookies.get(COOKIE_NAME))
-        if not token_ok(config.auth_token, presented):
+        presented = extract_token(request.headers.get("authorization"), request.query_params.get("token"))
+        if not token_ok(config.auth_token, presented) and not cookie_ok(
+                config.auth_token, request.cookies.get(COOKIE_NAME), request.method):
             raise HTTPException(401, detail={"code": ErrorCode.UNAUTHORIZED.value, "message": "missing or wrong bearer token"},
                                 headers={"WWW-Authenticate": "Bearer"})
 

@@ -8,7 +8,8 @@
   KaTeX (``env_server/ui/``, package data). Every page response carries
   ``Content-Security-Policy: default-src 'self'``; with auth on, ``/ui?token=<token>`` also sets
   the HttpOnly, SameSite=Strict cookie (``auth.COOKIE_NAME``) that the app's auth check
-  accepts, so the page's own requests pass.
+  accepts for reads, so the page's own requests pass. The cookie holds
+  ``auth.viewer_credential(token)``, an HMAC of the token, never the token.
 
 The JSON routes read an :class:`EpisodeSource`: the live server's ``DebateService`` or, for
 ``mathdebate view``, a trajectory file (``env_server.view``).
@@ -23,7 +24,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from env_server.auth import COOKIE_NAME, token_ok
+from env_server.auth import COOKIE_NAME, token_ok, viewer_credential
 from env_server.errors import UnknownEpisodeError
 from env_server.markers import EpisodeMode, ErrorKind, Role
 from env_server.models import EpisodeRewards
@@ -195,7 +196,7 @@ def ui_router(auth_token: str | None = None) -> APIRouter:
         with its markers, hints, rewards and facts, and its observations step by step."""
         response = asset_response("index.html")
         if auth_token and token is not None and token_ok(auth_token, token):
-            response.set_cookie(COOKIE_NAME, token, httponly=True, samesite="strict", path="/",
+            response.set_cookie(COOKIE_NAME, viewer_credential(auth_token), httponly=True, samesite="strict", path="/",
                                 secure=request.url.scheme == "https")
         return response
 

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from env_server.auth import viewer_credential
 from env_server.cli import free_port, running_server
 from env_server.client import SyncMuxClient
 from env_server.markers import HINT_TEMPLATES
@@ -246,15 +247,23 @@ def test_ui_token_sets_an_httponly_strict_cookie_that_auth_accepts(auth_server) 
     response = httpx.get(f"{url}/ui", params={"token": TOKEN}, timeout=10)
     assert response.status_code == 200
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"mathdebate_token={TOKEN};")
+    value = cookie.split(";")[0].split("=", 1)[1]
+    # the cookie holds a credential derived from the token (HMAC-SHA256), never the token
+    assert value == viewer_credential(TOKEN) and TOKEN not in cookie and len(value) == 64
     assert {"httponly", "samesite=strict", "path=/"} <= {part.strip().lower() for part in cookie.split(";")}
-    with httpx.Client(base_url=url, headers={"Cookie": f"mathdebate_token={TOKEN}"}, timeout=10) as client:
+    with httpx.Client(base_url=url, headers={"Cookie": f"mathdebate_token={value}"}, timeout=10) as client:
         assert client.get("/episodes").status_code == 200
         assert client.get("/ui/app.js").status_code == 200
         assert client.get("/ui").status_code == 200 and "set-cookie" not in client.get("/ui").headers
         assert client.get("/stats").status_code == 200
-    with httpx.Client(base_url=url, headers={"Cookie": "mathdebate_token=wrong"}, timeout=10) as client:
-        assert client.get("/episodes").status_code == 401
+        # reads only: the cookie cannot start or play an episode
+        assert client.post("/reset", json={}).status_code == 401
+        assert client.post("/step", json={"action": {"role": "solver", "content": "x"}}).status_code == 401
+    for wrong in ("wrong", TOKEN):  # a cookie holding the token itself (earlier releases) no longer passes
+        with httpx.Client(base_url=url, headers={"Cookie": f"mathdebate_token={wrong}"}, timeout=10) as client:
+            assert client.get("/episodes").status_code == 401
+    # the credential is not usable as a bearer token either
+    assert httpx.get(f"{url}/episodes", headers={"Authorization": f"Bearer {value}"}, timeout=10).status_code == 401
     assert httpx.get(f"{url}/episodes", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).status_code == 200
     assert httpx.get(f"{url}/health", timeout=10).status_code == 200
 
