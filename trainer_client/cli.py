@@ -94,23 +94,8 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
 
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    token = config.env_token
-    env_urls = parse_urls(config.env_url)
-    for url in env_urls:  # every replica must be up at start (later, sessions go to the healthy ones)
-        try:
-            server_cli.wait_healthy(url, timeout_s=30)
-        except RuntimeError as exc:
-            raise ConnectionError(f"env server at {url} is not reachable: start `mathdebate serve`") from exc
-    hints = _fetch_json(f"{env_urls[0]}/hints", token)
-
-    torch.manual_seed(config.seed)
-    model, tokenizer = _load_model(config.model, output_dir)
-    dataset = Dataset.from_list([
-        {"prompt": [{"role": "system", "content": DEBATE_SYSTEM_PROMPT}, {"role": "user", "content": ""}],
-         "seed": config.seed + i}
-        for i in range(config.dataset_size)
-    ])
+    # The training arguments come first: under ``torchrun``/``accelerate launch`` they set up the
+    # process group, and the rank decides who writes the run's shared files.
     cuda = torch.cuda.is_available()
     args = GRPOConfig(
         output_dir=str(output_dir),
@@ -138,6 +123,29 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
         vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         disable_tqdm=not progress,
     )
+    main = args.process_index == 0
+    if main:
+        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    token = config.env_token
+    env_urls = parse_urls(config.env_url)
+    for url in env_urls:  # every replica must be up at start (later, sessions go to the healthy ones)
+        try:
+            server_cli.wait_healthy(url, timeout_s=30)
+        except RuntimeError as exc:
+            raise ConnectionError(f"env server at {url} is not reachable: start `mathdebate serve`") from exc
+    hints = _fetch_json(f"{env_urls[0]}/hints", token)
+
+    torch.manual_seed(config.seed)
+    with args.main_process_first(local=False, desc="building or downloading the model"):
+        # the first process builds the tiny model (or fills the hub cache); the others then load
+        # what it wrote (or, on another machine's disk, build their own) instead of writing the
+        # same files at the same time
+        model, tokenizer = _load_model(config.model, output_dir)
+    dataset = Dataset.from_list([
+        {"prompt": [{"role": "system", "content": DEBATE_SYSTEM_PROMPT}, {"role": "user", "content": ""}],
+         "seed": config.seed + i}
+        for i in range(config.dataset_size)
+    ])
     teacher_pool = pair_store = None
     if config.replay.beta > 0:
         from env_server.problems import load_problem_source
@@ -147,8 +155,9 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
         teacher_pool = TeacherPool.from_configs(config.replay.teachers, problems=load_problem_source(config.problems),
                                                 budget_per_step=config.replay.budget_per_step,
                                                 max_workers=config.replay.max_workers)
-        pair_store = PairStore(config.replay.pairs_path or output_dir / "replay_pairs.jsonl")
-        if config.gold_supervised:
+        pair_store = PairStore(rank_path(Path(config.replay.pairs_path or output_dir / "replay_pairs.jsonl"),
+                                         args.process_index, args.world_size))
+        if config.gold_supervised and main:
             oracles = ", ".join(t.name for t in config.replay.teachers if t.kind == "oracle")
             log.info("trace replay uses oracle teachers (%s): this run is GOLD-SUPERVISED (its DPO pairs' chosen "
                      "responses are reference solutions)", oracles)
@@ -206,9 +215,20 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
             teacher_pool.close()
         if reward_runner is not None:
             reward_runner.close()
-    trainer.save_model(str(output_dir / "final"))
-    plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
+    trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it
+    if main:
+        plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
     return output_dir
+
+
+def rank_path(path: Path, process_index: int, world_size: int) -> Path:
+    """The file of one training process when several train together (``torchrun``,
+    ``accelerate launch``): ``replay_pairs.jsonl`` -> ``replay_pairs.rank1.jsonl``. Each process
+    keeps its own replay pairs (made from its own rollouts) in its own file, so no two processes
+    append to one file; one process alone keeps ``path``."""
+    if world_size <= 1:
+        return path
+    return path.with_name(f"{path.stem}.rank{process_index}{path.suffix}")
 
 
 def _add_train_args(parser: argparse.ArgumentParser) -> None:
@@ -254,7 +274,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = _train_config_or_exit(args)
     output_dir = run_training(config)
-    print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
+    if int(os.environ.get("RANK", "0")) == 0:  # set by torchrun / accelerate launch
+        print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
     return 0
 
 

@@ -97,7 +97,8 @@ class ReplayConfig(_Strict):
         budget_per_step: most teacher calls started per training step.
         pairs_per_step: pairs in the DPO term of one optimiser step, drawn once per step and
             dealt over its gradient-accumulation micro-batches (the same DPO batch whatever the
-            accumulation). Each pair costs about one context plus two turns of forward and
+            accumulation); per process, like TRL's ``per_device_train_batch_size``, so a step of
+            N processes averages N × ``pairs_per_step`` pairs. Each pair costs about one context plus two turns of forward and
             backward (README, "Speed").
         roles: roles whose turns are replayed to teachers.
         max_workers: threads running teacher calls.

@@ -146,7 +146,9 @@ class DebateGRPOTrainer(GRPOTrainer):
         self._batch_completions: list[list[dict[str, Any]]] = []
         self._hint_ids: dict[str, list[int]] = {}
         self._gen_prompt_ids = self._chat_delta([{"role": "user", "content": "x"}], [], generation_prompt=True)
-        self._rng = random.Random(self.args.seed)
+        # per process: under torchrun/accelerate each rank samples its own replay pairs (identical
+        # stores, e.g. after a restart, would otherwise give every rank the same DPO batch)
+        self._rng = random.Random(self.args.seed + self.accelerator.process_index)
         #: the current optimiser step's DPO pairs: (global_step, shares per micro-batch, count, next share)
         self._replay_shares: tuple[int, list[list[Any]], int, int] | None = None
         self._initial_policy = self._frozen_initial_policy() if self.replay.beta > 0 else None
@@ -607,10 +609,16 @@ class DebateGRPOTrainer(GRPOTrainer):
         return loss * (accumulation * len(share) / drawn_count), loss.item()
 
     def _dpo_loss(self, model: torch.nn.Module, pairs: list[Any]) -> torch.Tensor | None:
-        """DPO's sigmoid loss averaged over ``pairs`` (``None`` for no pair)."""
+        """DPO's sigmoid loss averaged over ``pairs`` (``None`` for no pair).
+
+        The pairs run through the unwrapped policy, never the DDP wrapper: a wrapped forward is a
+        collective (DDP broadcasts buffers from rank 0 on each one), and processes draw different
+        numbers of pairs, so wrapped forwards would leave the ranks waiting on each other. The
+        gradient still reaches DDP's all-reduce in the same backward (one summed gradient per
+        parameter), as for SDPO's forwards; ``tests/test_multiprocess_training.py`` runs it."""
         if not pairs:
             return None
-        chosen, rejected = self._pair_logps(model, pairs)
+        chosen, rejected = self._pair_logps(self.accelerator.unwrap_model(model), pairs)
         ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
         ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
         return dpo_sigmoid_loss(chosen, rejected, ref_chosen, ref_rejected, self.replay.dpo_beta)
