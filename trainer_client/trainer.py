@@ -581,7 +581,7 @@ class DebateGRPOTrainer(GRPOTrainer):
         ids and reference log-probs) and dealt round-robin over the step's ``accumulation``
         micro-batches, so the DPO batch of a step does not depend on how gradient accumulation
         splits it (a memory setting, not an algorithm setting). Micro-batch ``j`` with pairs
-        ``P_j`` of the step's ``N`` returns ``accumulation · Σ_{p∈P_j} ℓ_p / N``; after the
+        ``P_j`` of the step's ``N`` returns ``accumulation · Σ_{p∈P_j} loss_p / N``; after the
         caller's ``/ accumulation`` the step's gradient is that of the mean loss over its ``N``
         pairs, as with one micro-batch. Outside training (or with one micro-batch) each call
         draws its own pairs and returns their mean.
