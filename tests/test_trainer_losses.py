@@ -110,14 +110,27 @@ def test_sdpo_is_zero_without_error_sites_and_positive_with_one(model_and_tokeni
     with_site.backward()  # the SDPO term has a gradient path
 
 
-def test_student_side_reuses_the_grpo_forward_exactly(model_and_tokenizer, tmp_path) -> None:
+def test_hint_distillation_reuses_the_grpo_forward_exactly(model_and_tokenizer, tmp_path) -> None:
     model, tokenizer = model_and_tokenizer
     trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, sdpo=SDPOConfig(alpha=0.1), hints=HINTS)
     batch = make_batch(tokenizer, sites=[[(3, 9, "solver/wrong_answer")], [(0, 4, "solver/wrong_answer")]])
-    trainer.compute_loss(model, dict(batch))
+    widths: list[int] = []
+    handle = model.get_decoder().register_forward_hook(
+        lambda module, args, kwargs, output: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        trainer.compute_loss(model, dict(batch))
+    finally:
+        handle.remove()
     reused = trainer._metrics["train"]["loss/sdpo_jsd"][-1]
-    recomputed = trainer._sdpo_loss(model, dict(batch), hidden=None).item()
+    recomputed = trainer._sdpo_loss(model, dict(batch), policy_forward=None).item()
     assert reused == pytest.approx(recomputed, rel=1e-4)
+    # the teacher continued from the GRPO forward's keys and values: it ran the hint and the
+    # turn only, never the prompt again
+    prompt = batch["prompt_ids"][0].tolist()
+    row_0 = trainer._hint_insertion(prompt + batch["completion_ids"][0][:3].tolist(), "solver/wrong_answer")
+    row_1 = trainer._hint_insertion(prompt, "solver/wrong_answer")  # the turn starts the completion
+    assert row_1[0] < len(prompt)  # the generation prompt gave way to the hint's user message
+    assert widths == [len(prompt) + 12, max(len(row_0[1]) + 6, len(row_1[1]) + 4) - 1]
 
 
 def test_hint_is_inserted_as_a_user_message_before_the_turn(model_and_tokenizer, tmp_path) -> None:

@@ -16,7 +16,15 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from trainer_client.forward import checkpointing_active, pack_responses, response_logits, shared_context_logps
+from trainer_client.forward import (
+    capture_body_forward,
+    checkpointing_active,
+    pack_responses,
+    response_hidden,
+    response_hidden_after_prefix,
+    response_logits,
+    shared_context_logps,
+)
 from trainer_client.losses import dpo_sigmoid_loss, sequence_logps
 from trainer_client.trainer import replay_pair_logps
 
@@ -123,3 +131,59 @@ def test_shared_context_logps_rejects_bad_input(qwen2: torch.nn.Module) -> None:
         shared_context_logps(qwen2, [[1, 2], [3]], [[[4]], [[5], [6]]], pad_id=0)
     with pytest.raises(ValueError):
         shared_context_logps(qwen2, [[1, 2]], [[[4], []]], pad_id=0)
+
+
+def policy_batch(seed: int = 3) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """Three left-padded rows of different lengths, as TRL's GRPO forward gets them."""
+    rng = random.Random(seed)
+    rows = [[rng.randrange(3, VOCAB) for _ in range(n)] for n in (30, 22, 27)]
+    width = max(len(r) for r in rows)
+    input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return input_ids, mask, rows
+
+
+def test_teacher_after_a_reused_prefix_equals_the_whole_hinted_context(qwen2: Qwen2ForCausalLM) -> None:
+    """Hint distillation's teacher: prefix from the GRPO forward's cache + suffix run anew equals
+    running ``prefix + suffix + response`` from scratch (rows of different widths and pads)."""
+    input_ids, mask, rows = policy_batch()
+    width = input_ids.shape[1]
+    with capture_body_forward(qwen2) as captured:
+        qwen2(input_ids=input_ids, attention_mask=mask, use_cache=False)  # as TRL 1.16 calls it: no position_ids
+    assert len(captured) == 1 and captured[0].cache is not None
+    # row 0 keeps its first 20 tokens, row 1 all 22, row 2 twice (12 and 25 tokens)
+    sites = [(0, 20), (1, 22), (2, 12), (2, 25)]
+    suffixes = [[5, 6, 7], [8], [9, 10, 11, 12], [13, 14]]
+    responses = [[20, 21, 22, 23, 24], [30], [40, 41, 42], [50, 51, 52, 53, 54, 55, 56]]
+    prefix_ends = [width - len(rows[row]) + kept for row, kept in sites]
+    with torch.no_grad():
+        reused = response_hidden_after_prefix(qwen2, captured[0], [row for row, _ in sites], prefix_ends,
+                                              [kept for _, kept in sites], suffixes, responses, pad_id=0)
+        whole = response_hidden(qwen2, pack_responses([rows[row][:kept] + suffix for (row, kept), suffix
+                                                       in zip(sites, suffixes, strict=True)], responses, pad_id=0))
+    assert reused is not None and reused.shape == whole.shape == (4, 7, 32)
+    batch_mask = pack_responses([[1]] * 4, responses, pad_id=0).mask
+    assert torch.allclose(reused[batch_mask], whole[batch_mask], atol=1e-5)
+    assert not reused[~batch_mask].any()  # zeros before shorter responses, like ResponseBatch
+
+
+def test_reused_prefix_is_refused_where_the_policy_saw_another_context(qwen2: Qwen2ForCausalLM) -> None:
+    input_ids, mask, rows = policy_batch()
+    width = input_ids.shape[1]
+    mask[0, width - 5] = 0  # a masked token inside row 0's prefix: its neighbours never attended to it
+    with capture_body_forward(qwen2) as captured:
+        qwen2(input_ids=input_ids, attention_mask=mask, use_cache=True)
+    args = ([[5]], [[1, 2]])  # suffixes, responses
+    with torch.no_grad():
+        assert response_hidden_after_prefix(qwen2, captured[0], [0], [width], [len(rows[0]) - 1], *args, pad_id=0) is None
+        # a prefix that leaves out attended tokens before it is another context too
+        assert response_hidden_after_prefix(qwen2, captured[0], [1], [width], [10], *args, pad_id=0) is None
+        assert response_hidden_after_prefix(qwen2, captured[0], [1], [width], [len(rows[1])], *args, pad_id=0) is not None
+    with capture_body_forward(qwen2, keep_cache=False) as captured:
+        qwen2(input_ids=input_ids, attention_mask=mask, use_cache=False)
+    assert captured[0].cache is None  # nothing to reuse: the caller runs the whole context
+    with pytest.raises(ValueError, match="no cache"):
+        response_hidden_after_prefix(qwen2, captured[0], [1], [width], [3], *args, pad_id=0)

@@ -9,18 +9,26 @@ response ends at the last position; then the last ``L + 1`` positions are all th
 rejected) with the context run once: its keys and values (``past_key_values``) are shared by
 the responses, so the context's forward and backward are paid once per pair, not twice. The
 result and its gradient are those of scoring each ``context + response`` on its own.
+
+:func:`capture_body_forward` and :func:`response_hidden_after_prefix` do the same for hint
+distillation's teacher: its context is the policy's own context with a hint inserted near the
+end, so the keys and values the GRPO forward already computed for everything before the hint
+are reused and only the hint and the erring turn are run again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import selective_log_softmax
 
-__all__ = ["ResponseBatch", "checkpointing_active", "pack_responses", "response_hidden", "response_logits",
-           "shared_context_logps"]
+__all__ = ["CapturedForward", "ResponseBatch", "capture_body_forward", "checkpointing_active", "pack_responses",
+           "response_hidden", "response_hidden_after_prefix", "response_logits", "shared_context_logps"]
 
 
 @dataclass
@@ -96,10 +104,7 @@ def response_hidden(model: torch.nn.Module, batch: ResponseBatch) -> torch.Tenso
     """Last hidden states predicting each response token: ``(N, L, H)`` (for fused-linear
     losses that never build the ``(N, L, V)`` logits)."""
     length = batch.response_length
-    get_decoder = getattr(model, "get_decoder", None)
-    backbone = get_decoder() if get_decoder is not None else model.model
-    assert isinstance(backbone, torch.nn.Module), f"the decoder is a module, got {type(backbone).__name__}"
-    hidden = backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+    hidden = _body(model)(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                       position_ids=batch.position_ids, use_cache=False).last_hidden_state
     return hidden[:, -(length + 1):-1, :]
 
@@ -180,3 +185,176 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
         rest_logps = selective_log_softmax(rest.logits, labels[:, 1:])
         logps = logps + (rest_logps * mask[:, 1:].to(rest_logps.dtype)).sum(-1)
     return logps.view(n, k)
+
+
+@dataclass
+class CapturedForward:
+    """What one forward of the transformer body over a batch leaves behind, for later passes
+    that continue from it (see :func:`capture_body_forward`).
+
+    Attributes:
+        hidden: ``(B, S, H)`` final hidden states (after the body's last norm), with their graph.
+        cache: the ``DynamicCache`` that forward filled (every layer's keys and values over all
+            ``S`` positions), or ``None`` where it kept none (``use_cache`` off, activation
+            checkpointing) or kept a kind this module cannot slice (sliding-window layers).
+        attention_mask: ``(B, S)`` long, 1 on attended tokens.
+        position_ids: ``(B, S)`` long, the rotary positions the forward used.
+    """
+
+    hidden: torch.Tensor
+    cache: Any
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+
+
+def _body(model: torch.nn.Module) -> torch.nn.Module:
+    get_decoder = getattr(model, "get_decoder", None)
+    backbone = get_decoder() if get_decoder is not None else model.model
+    assert isinstance(backbone, torch.nn.Module), f"the decoder is a module, got {type(backbone).__name__}"
+    return backbone
+
+
+def _sliceable(cache: Any, length: int) -> bool:
+    """A ``DynamicCache`` of plain full-attention layers, each holding ``length`` positions."""
+    if not isinstance(cache, DynamicCache) or not cache.layers:
+        return False
+    layers: list[Any] = list(cache.layers)
+    return (all(type(layer) is DynamicLayer and layer.keys is not None and layer.keys.dim() == 4
+                    and layer.keys.shape[-2] == length for layer in layers))
+
+
+@contextmanager
+def capture_body_forward(model: torch.nn.Module, keep_cache: bool = True) -> Iterator[list[CapturedForward]]:
+    """Record every pass through ``model``'s transformer body while the block runs.
+
+    Yields a list that gets one :class:`CapturedForward` per pass. The policy's GRPO forward
+    (TRL 1.16 ``_get_per_token_logps_and_entropies``: ``input_ids`` and ``attention_mask``, no
+    ``position_ids``, so positions are ``0..S-1`` on every row, padding included) is the pass
+    hint distillation reuses: its hidden states for the student side, its cache for the
+    teacher's shared prefix.
+
+    TRL 1.16's fused-LM-head forward (``trl.trainer.utils``, ``fused_lm_head=True``) calls the
+    body with ``use_cache=False``; with ``keep_cache`` the body is asked for a cache anyway.
+    That costs one copy of every layer's keys and values for the batch (``2 * layers * B *
+    kv_heads * S * head_dim`` elements) while the block runs; transformers still drops it under
+    activation checkpointing. The cache is kept only when it is sliceable (see
+    :class:`CapturedForward`).
+    """
+    captured: list[CapturedForward] = []
+
+    def want_cache(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        return args, {**kwargs, "use_cache": True}
+
+    def hook(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        batch, length = hidden.shape[:2]
+        mask = kwargs.get("attention_mask")
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+            mask = torch.ones((batch, length), dtype=torch.long, device=hidden.device)
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            positions = torch.arange(length, device=hidden.device).expand(batch, length)
+        elif positions.dim() != 2 or positions.shape[0] != batch:
+            positions = positions.expand(batch, length)  # (1, S) positions shared by the rows
+        cache = getattr(output, "past_key_values", None) or getattr(output, "cache", None)
+        if input_ids is None or not _sliceable(cache, length):
+            cache = None
+        captured.append(CapturedForward(hidden, cache, mask, positions))
+
+    body = _body(model)
+    handles = [body.register_forward_hook(hook, with_kwargs=True)]
+    if keep_cache:
+        handles.append(body.register_forward_pre_hook(want_cache, with_kwargs=True))
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def response_hidden_after_prefix(model: torch.nn.Module, source: CapturedForward, rows: Sequence[int],
+                                 prefix_ends: Sequence[int], prefix_lengths: Sequence[int],
+                                 suffixes: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
+                                 pad_id: int) -> torch.Tensor | None:
+    """Hidden states predicting each response after ``prefix + suffix``, the prefix's keys and
+    values taken from an earlier forward instead of being recomputed.
+
+    Row ``i``'s prefix is the ``prefix_lengths[i]`` tokens of ``source``'s row ``rows[i]`` that
+    end at position ``prefix_ends[i]`` (exclusive). Hint distillation's teacher context is the policy's
+    own context with a hint inserted near its end: everything before the insertion point was
+    already run by the GRPO forward, so only ``suffix + response`` (hint, generation prompt,
+    the erring turn: about a third of the tokens at the benchmark's sizes) is run again. The
+    result is that of :func:`response_hidden` over ``pack_responses(prefix + suffix, response)``
+    up to float summation order (attention with rotary positions depends on position
+    differences only; ``tests/test_trainer_perf_paths.py``). No gradient flows into the
+    reused keys and values: call it under ``torch.no_grad()`` (the teacher side).
+
+    Args:
+        model: the model whose body produced ``source``.
+        source: the captured forward; its ``cache`` must not be ``None``.
+        rows, prefix_ends, prefix_lengths: per output row, the source row, where its prefix
+            ends and how many tokens it has.
+        suffixes: per output row, the non-empty token ids between the prefix and the response.
+        responses: per output row, the non-empty response token ids.
+        pad_id: padding token id.
+
+    Returns:
+        ``(N, L, H)`` right-aligned like :class:`ResponseBatch` (``L`` the longest response), or
+        ``None`` where a prefix is not exactly the attended positions of its row before its
+        end, in one run with consecutive positions (the source forward then saw another
+        context; the caller runs the whole context instead).
+
+    Raises:
+        ValueError: mismatched lengths, an empty suffix or response, or ``source.cache`` is None.
+    """
+    n = len(rows)
+    if source.cache is None:
+        raise ValueError("the captured forward kept no cache")
+    if not n or not (n == len(prefix_ends) == len(prefix_lengths) == len(suffixes) == len(responses)):
+        raise ValueError(f"{n} rows, {len(prefix_ends)} prefix ends, {len(prefix_lengths)} prefix lengths, "
+                         f"{len(suffixes)} suffixes, {len(responses)} responses")
+    if any(not s for s in suffixes) or any(not r for r in responses):
+        raise ValueError("every suffix and response must be non-empty")
+    spans = []
+    for row, end, length in zip(rows, prefix_ends, prefix_lengths, strict=True):
+        first = end - length
+        if length < 1 or first < 0 or int(source.attention_mask[row, :end].sum()) != length:
+            return None
+        positions = source.position_ids[row, first:end]
+        if not (bool(source.attention_mask[row, first:end].all())
+                and bool((positions == positions[0] + torch.arange(length, device=positions.device)).all())):
+            return None
+        spans.append((first, end, int(positions[-1]) + 1))
+    width = max(end - first for first, end, _ in spans)
+    device = source.hidden.device
+    prefix_mask = torch.zeros((n, width), dtype=torch.long, device=device)
+    for i, (first, end, _) in enumerate(spans):
+        prefix_mask[i, width - (end - first):] = 1
+    caches = []
+    for layer in source.cache.layers:
+        keys = layer.keys.new_zeros((n, *layer.keys.shape[1:2], width, layer.keys.shape[-1]))
+        values = layer.values.new_zeros((n, *layer.values.shape[1:2], width, layer.values.shape[-1]))
+        for i, ((first, end, _), row) in enumerate(zip(spans, rows, strict=True)):
+            keys[i, :, width - (end - first):] = layer.keys[row, :, first:end].detach()
+            values[i, :, width - (end - first):] = layer.values[row, :, first:end].detach()
+        caches.append((keys, values))
+    inputs = [list(s) + list(r)[:-1] for s, r in zip(suffixes, responses, strict=True)]
+    run = max(len(x) for x in inputs)
+    input_ids = torch.full((n, run), pad_id, dtype=torch.long)
+    input_mask = torch.zeros((n, run), dtype=torch.long)
+    for i, tokens in enumerate(inputs):  # right-padded: each suffix starts right after its prefix
+        input_ids[i, :len(tokens)] = torch.tensor(tokens)
+        input_mask[i, :len(tokens)] = 1
+    input_ids, input_mask = input_ids.to(device), input_mask.to(device)
+    starts = torch.tensor([start for _, _, start in spans], device=device)
+    position_ids = starts[:, None] + torch.arange(run, device=device)[None, :]
+    hidden = _body(model)(input_ids=input_ids, attention_mask=torch.cat([prefix_mask, input_mask], dim=1),
+                          position_ids=position_ids, past_key_values=DynamicCache(ddp_cache_data=caches),
+                          use_cache=True).last_hidden_state
+    length = max(len(r) for r in responses)
+    out = hidden.new_zeros((n, length, hidden.shape[-1]))
+    for i, (suffix, response) in enumerate(zip(suffixes, responses, strict=True)):
+        # response token j is predicted from suffix position len(suffix) - 1 + j
+        out[i, length - len(response):] = hidden[i, len(suffix) - 1: len(suffix) - 1 + len(response)]
+    return out

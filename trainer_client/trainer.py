@@ -40,7 +40,7 @@ import logging
 import random
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -53,9 +53,12 @@ from env_server.models import EpisodeRewards, Role
 from trainer_client.advantages import GiGPOInputs, batch_advantages, score_unfinished_debates, shuffle_episode_rewards
 from trainer_client.config import GiGPOConfig, ReplayConfig, SDPOConfig
 from trainer_client.forward import (
+    CapturedForward,
+    capture_body_forward,
     checkpointing_active,
     pack_responses,
     response_hidden,
+    response_hidden_after_prefix,
     response_logits,
     shared_context_logps,
 )
@@ -307,19 +310,13 @@ class DebateGRPOTrainer(GRPOTrainer):
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
-        captured: list[torch.Tensor] = []
-        hook = None
-        if self.sdpo.alpha > 0 and any(inputs.get("sdpo_sites", [])):
-            # The student side of hint distillation reuses GRPO's own forward: keep the final
-            # hidden states of the policy's pass over the batch instead of running it again.
-            norm = getattr(self.accelerator.unwrap_model(model).get_decoder(), "norm", None)
-            if norm is not None:
-                hook = norm.register_forward_hook(lambda module, args, output: captured.append(output))
-        try:
+        captured: list[CapturedForward] = []
+        with ExitStack() as stack:
+            if self.sdpo.alpha > 0 and any(inputs.get("sdpo_sites", [])):
+                # Hint distillation reuses GRPO's own forward: its final hidden states are the
+                # student side, its keys and values the teacher's context before the hint.
+                captured = stack.enter_context(capture_body_forward(self.accelerator.unwrap_model(model)))
             grpo = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            if hook is not None:
-                hook.remove()
         assert self.model is not None, "GRPOTrainer always has a model"
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
@@ -327,8 +324,7 @@ class DebateGRPOTrainer(GRPOTrainer):
         sdpo_value = 0.0
         if self.sdpo.alpha > 0:
             # one forward per micro-batch (TRL does not chunk it in compute_loss); else recompute
-            hidden = captured[0] if len(captured) == 1 else None
-            sdpo = self._sdpo_loss(model, inputs, hidden)
+            sdpo = self._sdpo_loss(model, inputs, captured[0] if len(captured) == 1 else None)
             if sdpo is not None:
                 total = total + self.sdpo.alpha * sdpo / accumulation
                 sdpo_value = sdpo.item()
@@ -380,23 +376,34 @@ class DebateGRPOTrainer(GRPOTrainer):
     def _with_hint(self, context: list[int], key: str) -> list[int]:
         """``context`` (ending with the generation prompt of the erring turn) with the hint
         inserted as a user message right before that turn."""
+        kept, inserted = self._hint_insertion(context, key)
+        return context[:kept] + inserted
+
+    def _hint_insertion(self, context: list[int], key: str) -> tuple[int, list[int]]:
+        """How the hinted context is built from ``context``: ``(kept, inserted)`` for
+        ``context[:kept] + inserted``. With a prefix-preserving chat template the generation
+        prompt is dropped and the hint's user message plus a new generation prompt follow;
+        otherwise the hint is appended as plain text."""
         if key not in self._hint_ids:
             self._hint_ids[key] = self._chat_delta([{"role": "user", "content": "x"}],
                                                    [{"role": "user", "content": self.hints[key]}], generation_prompt=True)
         gen = self._gen_prompt_ids
         if gen and context[-len(gen):] == gen:
-            return context[: -len(gen)] + self._hint_ids[key]
+            return len(context) - len(gen), list(self._hint_ids[key])
         hint_text = self._text_tokenizer(f"Hint: {self.hints[key]}\n", add_special_tokens=False)["input_ids"]
-        return context + list(hint_text)
+        return len(context), list(hint_text)
 
-    def _sdpo_loss(self, model, inputs, hidden: torch.Tensor | None = None) -> torch.Tensor | None:
+    def _sdpo_loss(self, model, inputs, policy_forward: CapturedForward | None = None) -> torch.Tensor | None:
         """Generalized JSD between the policy and its hint-conditioned self on erring turns.
 
         Args:
             model: the policy.
             inputs: the micro-batch (``sdpo_sites`` lists ``(start, end, hint_key)`` per row).
-            hidden: ``(B, P + C, H)`` final hidden states of the policy's GRPO forward over this
-                micro-batch (reused for the student side); ``None`` recomputes the student.
+            policy_forward: the policy's GRPO forward over this micro-batch
+                (:func:`~trainer_client.forward.capture_body_forward`). Its ``(B, P + C, H)``
+                final hidden states are the student side; its cache, where it kept one, holds
+                the teacher's context before the hint, so the teacher runs only the hint and
+                the turn. ``None`` runs both sides in full (the same values up to float order).
 
         Returns:
             The mean per-token divergence over the sites' tokens, or ``None`` without sites.
@@ -406,22 +413,33 @@ class DebateGRPOTrainer(GRPOTrainer):
         if not sites:
             return None
         prompt_ids, prompt_mask, completion_ids = inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"]
-        contexts, hinted, responses = [], [], []
+        prompt_width = prompt_ids.shape[1]
+        contexts, insertions, responses = [], [], []
         for row, start, end, key in sites:
             context = prompt_ids[row][prompt_mask[row].bool()].tolist() + completion_ids[row][:start].tolist()
             contexts.append(context)
-            hinted.append(self._with_hint(context, key))
+            insertions.append(self._hint_insertion(context, key))
             responses.append(completion_ids[row][start:end].tolist())
         pad = self._text_tokenizer.pad_token_id
         device = completion_ids.device
+        hinted = [context[:kept] + inserted for context, (kept, inserted) in zip(contexts, insertions, strict=True)]
         teacher = pack_responses(hinted, responses, pad, device)
         unwrapped = self.accelerator.unwrap_model(model)
-        if hidden is not None:
-            student_hidden = self._site_hidden(hidden, sites, prompt_ids.shape[1], teacher.response_length)
+        if policy_forward is not None:
+            student_hidden = self._site_hidden(policy_forward.hidden, sites, prompt_width, teacher.response_length)
         else:
             student_hidden = response_hidden(unwrapped, pack_responses(contexts, responses, pad, device))
         with torch.no_grad():
-            teacher_hidden = response_hidden(unwrapped, teacher)
+            teacher_hidden = None
+            if policy_forward is not None and policy_forward.cache is not None:
+                # the kept context ends where the dropped generation prompt (if any) began
+                teacher_hidden = response_hidden_after_prefix(
+                    unwrapped, policy_forward, [row for row, *_ in sites],
+                    [prompt_width + start - (len(context) - kept)
+                     for (_, start, _, _), context, (kept, _) in zip(sites, contexts, insertions, strict=True)],
+                    [kept for kept, _ in insertions], [inserted for _, inserted in insertions], responses, pad)
+            if teacher_hidden is None:
+                teacher_hidden = response_hidden(unwrapped, teacher)
         head = unwrapped.get_output_embeddings()
         if self.sdpo.backend == "liger":
             from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
