@@ -11,7 +11,7 @@
    ``naive / fused`` (higher is better). Skipped, with one line saying so, without liger-kernel.
 
 Usage: ``python benchmarks/trainer_step.py [--repeats 7] [--error-site-rate 0.25] [--pairs-per-step 4 2 1]``
-(the first count is ``ReplayConfig``'s default and the JSON's ``ratio``; every count's ratio is
+(the default list starts at ``ReplayConfig``'s default; the first count given is the JSON's ``ratio``; every count's ratio is
 in ``ratio_by_pairs_per_step``, the largest within target in ``most_pairs_within_target``). CPU only here;
 on a GPU box the same script times CUDA (memory part uses RSS, so run it on CPU).
 The last line printed is one JSON object.
