@@ -57,8 +57,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from env_server.cli import free_port, wait_healthy  # noqa: E402  after the sys.path insert above
-from env_server.models import MAX_BATCH_FRAMES  # noqa: E402  after the sys.path insert above
-from env_server.problems import load_problem_source  # noqa: E402  after the sys.path insert above
+from env_server.debate.problems import load_problem_source  # noqa: E402  after the sys.path insert above
+from env_server.protocol.models import MAX_BATCH_FRAMES  # noqa: E402  after the sys.path insert above
 
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
 OPEN_CONCURRENCY = 256  # connections/sessions being opened at once (both servers)

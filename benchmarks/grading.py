@@ -43,8 +43,8 @@ sys.path.insert(0, str(REPO))
 
 from math_verify import parse, verify  # noqa: E402  after the sys.path insert above
 
-from env_server.answers import last_boxed  # noqa: E402  after the sys.path insert above
-from env_server.grading import Grader, GradingConfig  # noqa: E402  after the sys.path insert above
+from env_server.debate.answers import last_boxed  # noqa: E402  after the sys.path insert above
+from env_server.grading.pool import Grader, GradingConfig  # noqa: E402  after the sys.path insert above
 
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
 

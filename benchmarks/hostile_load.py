@@ -47,7 +47,7 @@ from env_throughput import (
     server,
 )
 
-from env_server.problems import load_problem_source
+from env_server.debate.problems import load_problem_source
 
 HOSTILE = [
     r"9^{9^{9^{9^{9}}}}",

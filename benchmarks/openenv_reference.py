@@ -2,7 +2,7 @@
 OpenEnv reference stack (``openenv-core`` 0.3.0 ``create_app``: one WebSocket ``/ws`` per
 session, one ``Environment`` instance per session).
 
-The environment reuses mathdebate's debate state machine (``env_server.debate``), problem
+The environment reuses mathdebate's debate state machine (``env_server.debate.episode``), problem
 sources and grading pool, so the two servers differ only in the serving stack. As OpenEnv has no
 delayed-reward channel, a step that needs a grade awaits it before answering (the usual OpenEnv
 pattern: the reward rides on the observation).
@@ -23,10 +23,10 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 
-from env_server.debate import DebateEpisode
-from env_server.grading import Grader, GradingConfig
-from env_server.models import DebateAction
-from env_server.problems import load_problem_source
+from env_server.debate.episode import DebateEpisode
+from env_server.debate.problems import load_problem_source
+from env_server.grading.pool import Grader, GradingConfig
+from env_server.protocol.models import DebateAction
 
 MAX_ROUNDS = 2
 MAX_ACTION_CHARS = 32_768

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from env_throughput import VERDICT, MuxConnection, connect, percentile, rss_kb, server
 
-from env_server.problems import load_problem_source
+from env_server.debate.problems import load_problem_source
 
 
 async def soak(url: str, pid: int, sessions: int, connections: int, seconds: float, interval: float,

@@ -51,7 +51,7 @@ def make_trainers(model, tokenizer, workdir: Path, pairs_per_step: int = 4):
     from trl import GRPOConfig, GRPOTrainer
 
     from trainer_client.config import ReplayConfig, SDPOConfig
-    from trainer_client.pairs import PairStore
+    from trainer_client.losses.pair_store import PairStore
     from trainer_client.trainer import DebateGRPOTrainer
 
     def zero(completions, **kwargs):
@@ -95,10 +95,10 @@ def add_pairs(trainer, store, n: int, args) -> None:
     third turn of a rollout sees it), chosen and rejected one turn each (1/3 of the completion)."""
     import torch
 
-    from trainer_client.pairs import DpoPair
+    from trainer_client.losses.pair_store import DpoPair
 
     generator = torch.Generator().manual_seed(1)
-    vocab = len(trainer._text_tokenizer)
+    vocab = len(trainer.processing_class)
     turn = args.completion_len // 3
     context_len = args.prompt_len + 2 * turn
 
@@ -109,7 +109,7 @@ def add_pairs(trainer, store, n: int, args) -> None:
                      episode_id=f"e{i}", t=2, role="solver", teacher="oracle", created_step=0,
                      context_ids=ids(context_len), chosen_ids=ids(turn), rejected_ids=ids(turn)) for i in range(n)]
     with torch.no_grad():
-        chosen, rejected = trainer._pair_logps(trainer.model, pairs)
+        chosen, rejected = trainer.trace_replay.pair_logps(trainer.model, pairs)
     for pair, c, r in zip(pairs, chosen.tolist(), rejected.tolist(), strict=True):
         pair.ref_chosen_logp, pair.ref_rejected_logp = c, r
     store.add(pairs)
@@ -129,8 +129,7 @@ def step_time_benchmark(args) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from trainer_client.config import ReplayConfig
-    from trainer_client.tiny_model import build_tiny_model
+    from trainer_client.experiments.tiny_model import build_tiny_model
 
     torch.manual_seed(0)
     workdir = Path(tempfile.mkdtemp(prefix="mathdebate-bench-"))
@@ -142,7 +141,7 @@ def step_time_benchmark(args) -> dict:
     batch = make_batch(tokenizer, args.rows, args.prompt_len, args.completion_len, args.error_site_rate, len(tokenizer))
 
     def ours_step(pairs: int) -> float:
-        ours.replay = ReplayConfig(beta=ours.replay.beta, pairs_per_step=pairs)
+        ours.trace_replay.config.pairs_per_step = pairs
         return time_step(ours, model, batch)
 
     for _ in range(2):  # warm-up
@@ -173,7 +172,7 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 if variant == "fused":
     loss = loss_fn(student_h, weight, teacher_h, weight, labels)
 else:
-    from trainer_client.losses import masked_jsd_loss
+    from trainer_client.losses.functional import masked_jsd_loss
     student = (student_h @ weight.T).unsqueeze(0)
     with torch.no_grad():
         teacher = (teacher_h @ weight.T).unsqueeze(0)

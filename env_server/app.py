@@ -28,16 +28,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 import env_server
-from env_server.auth import COOKIE_NAME, cookie_ok, extract_token, token_ok
-from env_server.config import ServerConfig
-from env_server.errors import DebateError, InvalidActionError
-from env_server.frames import invalid_action_errors
-from env_server.models import ErrorCode
-from env_server.routes_extensions import extensions_router
-from env_server.routes_openenv import health_router, openenv_router
-from env_server.routes_ui import episodes_router, ui_router
-from env_server.routes_ws import websocket_router
-from env_server.service import DebateService
+from env_server.protocol.errors import DebateError, InvalidActionError
+from env_server.protocol.frames import invalid_action_errors
+from env_server.protocol.models import ErrorCode
+from env_server.service.config import ServerConfig
+from env_server.service.facade import DebateService
+from env_server.transport.auth import COOKIE_NAME, cookie_ok, extract_token, token_ok
+from env_server.transport.routes_extensions import extensions_router
+from env_server.transport.routes_openenv import health_router, openenv_router
+from env_server.transport.routes_ws import websocket_router
+from env_server.viewer.routes import episodes_router, ui_router
 
 __all__ = ["HTTP_STATUS", "create_app"]
 
@@ -56,7 +56,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.CAPACITY_REACHED: 503,
     ErrorCode.SHUTTING_DOWN: 503,
 }
-"""HTTP status of each refusal (:class:`~env_server.errors.DebateError` code); others are 400."""
+"""HTTP status of each refusal (:class:`~env_server.protocol.errors.DebateError` code); others are 400."""
 
 
 def debate_error_response(exc: DebateError) -> JSONResponse:

@@ -2,7 +2,7 @@
 ``app: env_server.asgi:app``, also ``uvicorn env_server.asgi:app``) and ``main()``.
 
 Both only point at the real modules: ``app`` is :func:`env_server.app.create_app` with the
-default :class:`~env_server.config.ServerConfig` (the built-in problem generator;
+default :class:`~env_server.service.config.ServerConfig` (the built-in problem generator;
 ``MATHDEBATE_AUTH_TOKEN`` is honoured), built at import time without starting anything (the
 grading pool starts with the app's lifespan); ``main()`` is ``mathdebate serve`` with the
 command line's arguments, the way to run the server with options.

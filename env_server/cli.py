@@ -2,7 +2,7 @@
 
 - ``mathdebate serve``: run the environment server.
 - ``mathdebate play``: drive scripted debates against a server and print a report.
-- ``mathdebate view``: the debate viewer on a trajectory file (``env_server.view``).
+- ``mathdebate view``: the debate viewer on a trajectory file (``env_server.viewer.command``).
 - ``mathdebate train``, ``mathdebate tiny-model``, ``mathdebate demo``: see ``trainer_client.cli``.
 """
 
@@ -24,13 +24,13 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from env_server.config import AUTH_TOKEN_ENV, ServerConfig
-from env_server.grading import GradingConfig
-from env_server.markers import EpisodeMode
-from env_server.view import add_view_command
+from env_server.grading.pool import GradingConfig
+from env_server.protocol.markers import EpisodeMode
+from env_server.service.config import AUTH_TOKEN_ENV, ServerConfig
+from env_server.viewer.command import add_view_command
 
 if TYPE_CHECKING:
-    from env_server.play import PlayReport
+    from env_server.client.play import PlayReport
 
 __all__ = ["build_parser", "main"]
 
@@ -195,8 +195,8 @@ def print_report(report: PlayReport, title: str) -> None:
 
 def cmd_play(args: argparse.Namespace) -> int:
     """Play scripted debates against ``--url`` and print the report."""
-    from env_server.play import play
-    from env_server.problems import load_problem_source
+    from env_server.client.play import play
+    from env_server.debate.problems import load_problem_source
 
     problems = load_problem_source(args.problems)
     report = asyncio.run(play(

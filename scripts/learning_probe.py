@@ -1,6 +1,6 @@
 """Learning probe: does baseline GRPO against the env server improve the tiny model?
 
-1. build the learning tiny model (``trainer_client.tiny_model.learning_spec``, overridable);
+1. build the learning tiny model (``trainer_client.experiments.tiny_model.learning_spec``, overridable);
 2. evaluate greedy first-answer accuracy (and pass@k) on N held-out problems (seeds >= 10**9);
 3. run baseline GRPO (identity shaping, sdpo.alpha = replay.beta = 0, max_rounds 1) for the
    given steps against an in-process server serving ``gen:<family>``;
@@ -35,8 +35,8 @@ VALIDATION_START = 500_000
 def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from env_server.problems import load_problem_source
-    from trainer_client.heldout import evaluate_first_answers, heldout_seeds
+    from env_server.debate.problems import load_problem_source
+    from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from env_server.cli import running_server
-    from trainer_client.cli import run_training
     from trainer_client.config import load_config
-    from trainer_client.tiny_model import TinyModelSpec, build_tiny_model, learning_spec
+    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, learning_spec
+    from trainer_client.experiments.train import run_training
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     curve: list[dict[str, Any]] = []
     monitor = None
     if args.curve_every:
-        from env_server.problems import load_problem_source
-        from trainer_client.heldout import evaluate_first_answers, heldout_seeds
+        from env_server.debate.problems import load_problem_source
+        from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
 
         source = load_problem_source(f"gen:{family}")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from env_server.cli import running_server
 from env_server.client import SyncMuxClient
-from env_server.problems import ProblemGenerator
+from env_server.debate.problems import ProblemGenerator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -55,7 +55,7 @@ def tiny_learning_dir(tmp_path_factory) -> str:
     """The learning experiment's tiny model (``tiny_model.learning_spec``), built once per test
     session (under a minute on 2 quiet cores). ``MATHDEBATE_TEST_TINY_LEARNING_MODEL`` may name
     a directory to build into and reuse."""
-    from trainer_client.tiny_model import build_tiny_model, learning_spec
+    from trainer_client.experiments.tiny_model import build_tiny_model, learning_spec
 
     target = os.environ.get("MATHDEBATE_TEST_TINY_LEARNING_MODEL") or tmp_path_factory.mktemp("tiny-learning")
     return str(build_tiny_model(target, learning_spec()))
@@ -66,7 +66,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
     """The offline tiny model, built once per test session (about a minute and a half on 2
     cores). ``MATHDEBATE_TEST_TINY_MODEL`` may name a directory to build into and reuse (the
     builder skips an up-to-date build), to speed up local iterations."""
-    from trainer_client.tiny_model import build_tiny_model
+    from trainer_client.experiments.tiny_model import build_tiny_model
 
     target = os.environ.get("MATHDEBATE_TEST_TINY_MODEL") or tmp_path_factory.mktemp("tiny-model")
     return str(build_tiny_model(target))

@@ -5,9 +5,9 @@ __all__ = ["environment_factory"]
 
 
 def __getattr__(name: str):
-    # Lazy, so that ``import trainer_client.shaping`` stays light (numpy only).
+    # Lazy, so that ``import trainer_client.credit.shaping`` stays light (numpy only).
     if name == "environment_factory":
-        from trainer_client.env import environment_factory
+        from trainer_client.rollout.environment import environment_factory
 
         return environment_factory
     raise AttributeError(f"module 'trainer_client' has no attribute {name!r}")

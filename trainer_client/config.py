@@ -8,6 +8,7 @@ or a replay channel without teachers fails with a clear message.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,15 +16,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from env_server.client import GRADED_EPISODE_WAIT_S
-from env_server.config import AUTH_TOKEN_ENV
-from env_server.models import Role
-from trainer_client.shaping import RewardShapingConfig
-from trainer_client.teachers import TeacherConfig
+from env_server.protocol.markers import Role
+from env_server.protocol.models import AUTH_TOKEN_ENV
+from trainer_client.credit.gigpo import GiGPOConfig
+from trainer_client.credit.shaping import RewardShapingConfig
+from trainer_client.losses.base import auxiliary_loss_class
+from trainer_client.losses.hint_distillation import SDPOConfig
+from trainer_client.losses.trace_replay import ReplayConfig
 
 __all__ = [
     "PRESETS",
     "TINY_MODELS",
     "TINY_MODEL_TEACHERS",
+    "AuxLossConfig",
     "GiGPOConfig",
     "ReplayConfig",
     "RewardFunctionConfig",
@@ -40,7 +45,7 @@ TINY_MODEL_TEACHERS: list[dict[str, str]] = [{"name": "oracle-a", "kind": "oracl
 
 #: ``model`` names of the offline tiny models: ``tiny`` (format warm-up, random answers: the demo's)
 #: and ``tiny-learning`` (warm-up on the easy ``single_digit_sum`` family, partly right: the
-#: learning experiment's; ``trainer_client.tiny_model.learning_spec``).
+#: learning experiment's; ``trainer_client.experiments.tiny_model.learning_spec``).
 TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec"}
 
 #: Ablation presets: (alpha for SDPO, beta for trace-replay DPO).
@@ -56,87 +61,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SDPOConfig(_Strict):
-    """Channel 2: hint distillation at error sites (generalized JSD to a hint-conditioned self).
-
-    Attributes:
-        alpha: weight of the channel in the total loss (0 disables it).
-        jsd_beta: mixture coefficient of the generalized JSD (0.5: symmetric).
-        temperature: softmax temperature of both distributions.
-        token_clip: cap on each token's divergence, nats (``None``: no cap).
-        max_sites_per_batch: most error sites distilled per micro-batch (the rest are skipped).
-        roles: roles whose erring turns are distilled.
-        backend: ``"gkd"`` (TRL's GKD ``generalized_jsd_loss`` on full logits; supports
-            ``token_clip``) or ``"liger"`` (liger-kernel's ``LigerFusedLinearJSDLoss`` on
-            hidden states, never materialising ``(N, V)`` logits; ``pip install
-            'mathdebate[liger]'``; no ``token_clip``).
-    """
-
-    alpha: float = Field(default=0.0, ge=0)
-    jsd_beta: float = Field(default=0.5, gt=0, lt=1)
-    temperature: float = Field(default=1.0, gt=0)
-    token_clip: float | None = Field(default=None, gt=0)
-    max_sites_per_batch: int = Field(default=16, ge=1)
-    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER, Role.VERIFIER])
-    backend: Literal["gkd", "liger"] = "gkd"
-
-    @model_validator(mode="after")
-    def _check(self) -> SDPOConfig:
-        if self.backend == "liger" and self.token_clip is not None:
-            raise ValueError("sdpo.token_clip needs backend 'gkd' (liger's fused JSD has no per-token clip)")
-        return self
-
-
-class ReplayConfig(_Strict):
-    """Channel 3: N-teacher trace-replay DPO.
-
-    Attributes:
-        beta: weight of the channel in the total loss (0 disables it).
-        dpo_beta: DPO's temperature.
-        teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing).
-        budget_per_step: most teacher calls started per training step.
-        pairs_per_step: pairs in the DPO term of one optimiser step, drawn once per step and
-            dealt over its gradient-accumulation micro-batches (the same DPO batch whatever the
-            accumulation); per process, like TRL's ``per_device_train_batch_size``, so a step of
-            N processes averages N × ``pairs_per_step`` pairs. Each pair costs about one context plus two turns of forward and
-            backward: about 0.17 of a plain GRPO step over 8 rollouts of 512 tokens (README, "Performance").
-        roles: roles whose turns are replayed to teachers.
-        max_workers: threads running teacher calls.
-        pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).
-    """
-
-    beta: float = Field(default=0.0, ge=0)
-    dpo_beta: float = Field(default=0.1, gt=0)
-    teachers: list[TeacherConfig] = Field(default_factory=list)
-    budget_per_step: int = Field(default=16, ge=0)
-    pairs_per_step: int = Field(default=4, ge=1)
-    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER])
-    max_workers: int = Field(default=4, ge=1)
-    pairs_path: str | None = None
-
-
-class GiGPOConfig(_Strict):
-    """GiGPO advantages (``advantage_estimator: gigpo``; Feng et al. 2025, arXiv 2505.10978).
-
-    Attributes:
-        omega: weight of the step-level advantage (Eq. 8).
-        gamma: discount of the step returns (Eq. 5).
-        mode: ``mean_norm`` (centre) or ``mean_std_norm`` (centre and divide by the std), both
-            levels (Eqs. 3, 7).
-        similarity_threshold: ``None``: anchor states are identical observations; a value in
-            ``(0, 1]`` also groups similar ones (Eq. 6).
-        step_reward_default: the reward of a step a user reward function left without one.
-    """
-
-    omega: float = Field(default=1.0, ge=0)
-    gamma: float = Field(default=0.95, ge=0, le=1)
-    mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
-    similarity_threshold: float | None = Field(default=None, gt=0, le=1)
-    step_reward_default: float = 0.0
-
-
 class RewardFunctionConfig(_Strict):
-    """A user reward function (:mod:`trainer_client.reward_functions`).
+    """A user reward function (:mod:`trainer_client.credit.reward_functions`).
 
     Attributes:
         path: ``"package.module:function"``, importable by the trainer (checked when the
@@ -156,7 +82,7 @@ class RewardFunctionConfig(_Strict):
 
     @model_validator(mode="after")
     def _importable(self) -> RewardFunctionConfig:
-        from trainer_client.reward_functions import load_reward_function
+        from trainer_client.credit.reward_functions import load_reward_function
 
         try:
             load_reward_function(self.path, self.mode, self.timeout_s)
@@ -165,10 +91,31 @@ class RewardFunctionConfig(_Strict):
         return self
 
     def spec(self):
-        """The :class:`~trainer_client.reward_functions.RewardFunctionSpec` it names."""
-        from trainer_client.reward_functions import load_reward_function
+        """The :class:`~trainer_client.credit.reward_functions.RewardFunctionSpec` it names."""
+        from trainer_client.credit.reward_functions import load_reward_function
 
         return load_reward_function(self.path, self.mode, self.timeout_s)
+
+
+class AuxLossConfig(_Strict):
+    """One more loss channel (:mod:`trainer_client.losses.base`): ``total += weight · loss``.
+
+    Attributes:
+        name: a registered name (``register_auxiliary_loss``) or ``"package.module:Class"``.
+        weight: its weight in the total loss.
+        roles: the roles whose tokens it acts on (default: the trained roles).
+        params: keyword arguments of the class.
+    """
+
+    name: str
+    weight: float = Field(default=1.0, ge=0)
+    roles: list[Role] | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known(self) -> AuxLossConfig:
+        auxiliary_loss_class(self.name)  # fails at load with the registered names
+        return self
 
 
 class TrainConfig(_Strict):
@@ -210,8 +157,9 @@ class TrainConfig(_Strict):
         scale_advantages: divide by the per-role group std (TRL's ``scale_rewards="group"``).
         sdpo, replay: the two extra loss channels.
         advantage_estimator: ``grpo`` (group normalisation per role) or ``gigpo``
-            (episode- plus step-level group advantages, :mod:`trainer_client.gigpo`).
+            (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`).
         gigpo: GiGPO settings.
+        aux_losses: further loss channels (:class:`AuxLossConfig`), each added as ``weight · loss``.
         reward_function: an optional user reward function over the transcripts.
         shuffle_rewards: the shuffled-reward control of ``mathdebate ablate``: episode rewards
             are permuted within each batch before shaping, so the policy gets no signal about
@@ -220,7 +168,7 @@ class TrainConfig(_Strict):
             (it stopped calling tools or ran out of completion length, so the adapter forfeited
             turns); ``null`` keeps the server's grade, which then rests on the solver's answer
             alone and lets a policy skip the verifier and judge for free
-            (:func:`~trainer_client.advantages.score_unfinished_debates`).
+            (:func:`~trainer_client.credit.advantages.score_unfinished_debates`).
     """
 
     model: str = "tiny"
@@ -263,6 +211,7 @@ class TrainConfig(_Strict):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     advantage_estimator: Literal["grpo", "gigpo"] = "grpo"
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
+    aux_losses: list[AuxLossConfig] = Field(default_factory=list)
     reward_function: RewardFunctionConfig | None = None
     shuffle_rewards: bool = False
     unfinished_debate_reward: float | None = 0.0
@@ -303,6 +252,15 @@ class TrainConfig(_Strict):
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``data["a"]["b"] = value`` for ``dotted == "a.b"`` (sections created as needed).
+
+    Eight lines of our own rather than a library: pydantic has no dotted-path update, and
+    OmegaConf or Hydra (which do) would bring a second configuration system beside pydantic's
+    validation for this one helper.
+
+    Raises:
+        ValueError: a parent key holds a value, not a section.
+    """
     node = data
     *parents, leaf = dotted.split(".")
     for key in parents:
@@ -310,6 +268,22 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
         if not isinstance(node, dict):
             raise ValueError(f"cannot set {dotted!r}: {key!r} is not a section")
     node[leaf] = value
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``-o key=value`` pairs as ``{dotted key: YAML value}``.
+
+    Raises:
+        SystemExit: a pair without ``=`` or with an empty key (the message says what is expected).
+    """
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bad override {pair!r}: expected key=value (e.g. sdpo.alpha=0.1)")
+        out[key] = yaml.safe_load(value)
+    return out
+
 
 
 def load_config(path: str | Path | None = None, preset: str | None = None,

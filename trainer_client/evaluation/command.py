@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from env_server.models import Role
+from env_server.protocol.markers import Role
 
 __all__ = ["add_eval_command", "cmd_eval"]
 
@@ -70,11 +70,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import sys
 
     from env_server import cli as server_cli
-    from env_server.config import AUTH_TOKEN_ENV
-    from env_server.problems import load_problem_source
-    from trainer_client.evaluation.policies import PolicyOptions, build_policies
+    from env_server.debate.problems import load_problem_source
+    from env_server.protocol.models import AUTH_TOKEN_ENV
+    from trainer_client.evaluation.policies import PolicyOptions
     from trainer_client.evaluation.results import print_table, summarise, write_outputs
     from trainer_client.evaluation.runner import EvalSettings, evaluate_problems
+    from trainer_client.evaluation.specs import build_policies
 
     problems_spec = None if args.problems in ("builtin", "", None) else args.problems
     strategy = args.strategy

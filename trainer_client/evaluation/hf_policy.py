@@ -2,12 +2,12 @@
 trained in.
 
 The model sees what TRL's tool loop shows it during training, built by the same functions the
-held-out evaluation uses (:mod:`trainer_client.heldout`): a rollout starts with
-:func:`~trainer_client.heldout.observation_prompt_ids` (system prompt, the role's instructions,
-the tools); the model answers with a tool call; :func:`~trainer_client.heldout.role_tool_action`
+held-out evaluation uses (:mod:`trainer_client.experiments.heldout`): a rollout starts with
+:func:`~trainer_client.experiments.heldout.observation_prompt_ids` (system prompt, the role's instructions,
+the tools); the model answers with a tool call; :func:`~trainer_client.experiments.heldout.role_tool_action`
 turns a valid call of the acting role's tool into the action (else the turn's text is submitted,
 or the forfeit placeholder when it is blank, as the training adapter does); the next turn
-continues the same conversation (:func:`~trainer_client.heldout.extend_context`: the model's
+continues the same conversation (:func:`~trainer_client.experiments.heldout.extend_context`: the model's
 tokens, then the tool result holding the next role's instructions). When another policy played
 the turn in between (per-role policies), the model's conversation restarts from the current
 observation: it sees the debate so far in the instructions, as a rollout's first prompt.
@@ -19,7 +19,7 @@ reproducible at a fixed concurrency.
 
 Verdict probabilities (best-of-N): ``P(CORRECT)`` of a verifier turn is read from the model's
 next-token distribution at the verdict word it generated
-(:func:`trainer_client.verdict_probs.verdict_accept_probs`, the function COMA's baseline uses).
+(:func:`trainer_client.model.verdict_probs.verdict_accept_probs`, the function COMA's baseline uses).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from env_server.models import Role
+from env_server.protocol.markers import Role
 from trainer_client.evaluation.policies import Policy, PolicyOptions, TurnReply, TurnRequest
 
 __all__ = ["HFPolicy", "load_hf_model"]
@@ -42,8 +42,8 @@ def load_hf_model(path: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.cli import tiny_model_path
     from trainer_client.config import TINY_MODELS
+    from trainer_client.experiments.tiny_model import tiny_model_path
 
     where: str | Path = tiny_model_path(path, Path("outputs")) if path in TINY_MODELS else path
     model = AutoModelForCausalLM.from_pretrained(where)
@@ -79,7 +79,7 @@ class HFPolicy(Policy):
 
     def __init__(self, spec: str, path: str, options: PolicyOptions) -> None:
         super().__init__(spec)
-        from trainer_client.tiny_model import tool_callables, training_chat_template
+        from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
 
         self.options = options
         self.model, self.tokenizer = load_hf_model(path)
@@ -93,7 +93,7 @@ class HFPolicy(Policy):
         self.lock = asyncio.Lock()  # one model: generation and scoring never overlap
 
     def _context(self, request: TurnRequest) -> list[int]:
-        from trainer_client.heldout import observation_prompt_ids
+        from trainer_client.experiments.heldout import observation_prompt_ids
 
         observation = request.observation
         if request.draw > 0 and (request.episode_key, observation.t) in self.turn_contexts:
@@ -104,15 +104,15 @@ class HFPolicy(Policy):
         return observation_prompt_ids(self.tokenizer, observation, self.tools)
 
     def _suffix(self, observation: Any, role: Role) -> list[int]:
-        from trainer_client.env import TOOL_FOR_ROLE, render_instructions
-        from trainer_client.tiny_model import tool_result_suffix
+        from trainer_client.experiments.tiny_model import tool_result_suffix
+        from trainer_client.rollout.tools import TOOL_FOR_ROLE, render_instructions
 
         return tool_result_suffix(self.tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
                                                    "content": render_instructions(observation)}, self.template)
 
     async def act(self, request: TurnRequest) -> TurnReply:
-        from trainer_client.env import FORFEIT_ACTION
-        from trainer_client.heldout import extend_context, own_text, role_tool_action
+        from trainer_client.experiments.heldout import extend_context, own_text, role_tool_action
+        from trainer_client.rollout.tools import FORFEIT_ACTION
 
         self.counters["requests"] += 1
         context = self._context(request)
@@ -140,8 +140,8 @@ class HFPolicy(Policy):
                          accept_prob=accept_prob)
 
     async def _accept_prob(self, context: list[int], completion: list[int], t: int) -> float | None:
-        from trainer_client.spans import Segment, SegmentOwner
-        from trainer_client.verdict_probs import verdict_accept_probs
+        from trainer_client.model.verdict_probs import verdict_accept_probs
+        from trainer_client.rollout.spans import Segment, SegmentOwner
 
         segments = [[Segment(0, len(completion), SegmentOwner(t, Role.VERIFIER, True))]]
         async with self.lock:
@@ -178,7 +178,7 @@ class HFPolicy(Policy):
     def _generate_batch(self, contexts: list[list[int]], temperature: float) -> list[str]:
         import torch
 
-        from trainer_client.heldout import generate_turns
+        from trainer_client.experiments.heldout import generate_turns
 
         if temperature > 0:
             torch.manual_seed(self.options.seed * 1_000_003 + self.batches)

@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from env_server.models import Role
+from env_server.protocol.markers import Role
 from trainer_client.evaluation.policies import Policy, PolicyOptions, TurnReply, TurnRequest
 
 __all__ = ["OpenAIPolicy", "accept_prob_from_logprobs"]

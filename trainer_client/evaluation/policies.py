@@ -5,7 +5,7 @@ a :class:`TurnReply` (the action text, or a failure that the runner turns into a
 turn). Specs:
 
 - ``scripted:reference`` and ``scripted:noisy[:P]`` (P = error probability, default 0.3): the
-  rule-based debaters of ``mathdebate play`` (:class:`env_server.play.ScriptedDebaters`). They
+  rule-based debaters of ``mathdebate play`` (:class:`env_server.client.play.ScriptedDebaters`). They
   are oracles: they read the problem's reference solution and answer from the problem source;
   a scripted verifier judges the answer under review with the server's grader and errs with
   probability P/2. Draws are seeded per (run seed, episode, turn, draw), so a run is
@@ -22,16 +22,16 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_server.answers import final_answer
-from env_server.models import DebateObservation, Role
-from env_server.play import ScriptedDebaters
-from env_server.problems import ProblemSource
+from env_server.client.play import ScriptedDebaters
+from env_server.debate.answers import final_answer
+from env_server.debate.problems import ProblemSource
+from env_server.protocol.markers import Role
+from env_server.protocol.models import DebateObservation
 
-__all__ = ["Policy", "PolicyOptions", "ScriptedPolicy", "TurnReply", "TurnRequest", "build_policies", "parse_policy"]
+__all__ = ["Policy", "PolicyOptions", "ScriptedPolicy", "TurnReply", "TurnRequest"]
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class ScriptedPolicy(Policy):
         return ScriptedDebaters(self.kind, self.p, self.options.source, random.Random(key))  # type: ignore[arg-type]  # kind is checked against the Literal's values in __init__
 
     async def act(self, request: TurnRequest) -> TurnReply:
-        from trainer_client.heldout import grade_answer_text
+        from trainer_client.experiments.heldout import grade_answer_text
 
         self.counters["requests"] += 1
         observation = request.observation
@@ -163,53 +163,3 @@ class ScriptedPolicy(Policy):
         else:
             content = debaters.judge(observation)
         return TurnReply(content, [m.model_dump() for m in observation.messages])
-
-
-def parse_policy(spec: str, options: PolicyOptions) -> Policy:
-    """Build the policy a spec names (see the module docstring).
-
-    Raises:
-        ValueError: an unknown or malformed spec, or ``openai:`` without a model name.
-    """
-    kind, _, rest = spec.partition(":")
-    if kind == "scripted":
-        name, _, p = rest.partition(":")
-        try:
-            probability = float(p) if p else (0.3 if name == "noisy" else 0.0)
-        except ValueError:
-            raise ValueError(f"bad error probability in {spec!r}") from None
-        return ScriptedPolicy(spec, name, probability, options)
-    if kind == "hf" and rest:
-        from trainer_client.evaluation.hf_policy import HFPolicy
-
-        return HFPolicy(spec, rest, options)
-    if kind == "openai" and rest:
-        from trainer_client.evaluation.openai_policy import OpenAIPolicy
-
-        base_url, _, model = rest.partition("#")
-        model = model or options.model or ""
-        if not model:
-            raise ValueError(f"{spec!r} names no model: write openai:URL#MODEL or pass --model NAME")
-        return OpenAIPolicy(spec, base_url, model, options)
-    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH or openai:URL[#MODEL]")
-
-
-def build_policies(default: str | None, per_role: dict[Role, str | None], options: PolicyOptions,
-                   roles: Sequence[Role] = tuple(Role)) -> dict[Role, Policy]:
-    """One policy per role in ``roles`` (the roles the run plays): the role's own spec, else
-    ``default``. Roles with the same spec share one instance (one model load, one client, one
-    set of counters).
-
-    Raises:
-        ValueError: a role with no spec, or a bad spec.
-    """
-    specs: dict[Role, str] = {}
-    for role in roles:
-        spec = per_role.get(role) or default
-        if not spec:
-            raise ValueError(f"no policy for the {role.value}: pass --policy or --policy-{role.value}")
-        specs[role] = spec
-    built: dict[str, Policy] = {}
-    for spec in dict.fromkeys(specs.values()):
-        built[spec] = parse_policy(spec, options)
-    return {role: built[spec] for role, spec in specs.items()}

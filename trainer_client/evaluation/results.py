@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from env_server.models import Role
+from env_server.protocol.markers import Role
 from trainer_client.evaluation.policies import Policy
 from trainer_client.evaluation.runner import EvalSettings, PlayedEpisode, ProblemResult
 

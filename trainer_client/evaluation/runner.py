@@ -20,7 +20,7 @@ Strategies, per problem:
     episode on the same problem whose verifier observation is used, then that scoring
     session is closed unplayed (counted as ``scoring_episodes``);
   * ``reward:MODULE:FUNCTION``: a user reward function (``@reward_function``,
-    :mod:`trainer_client.reward_functions`) on the episode's messages (the problem as a user
+    :mod:`trainer_client.credit.reward_functions`) on the episode's messages (the problem as a user
     message, then each turn's action as an assistant message) with the problem's answer as
     ``ground_truth``; an invalid result scores ``None``.
 
@@ -45,10 +45,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from env_server.answers import parse_verdict
 from env_server.client import GRADED_EPISODE_WAIT_S, MuxClient, MuxError
-from env_server.models import EpisodeRewards, Role
-from env_server.problems import Problem
+from env_server.debate.answers import parse_verdict
+from env_server.debate.problems import Problem
+from env_server.protocol.markers import Role
+from env_server.protocol.models import EpisodeRewards
 from trainer_client.evaluation.policies import Policy, TurnReply, TurnRequest
 from trainer_client.evaluation.selection import best_of_n_choice, self_consistency_choice
 
@@ -166,7 +167,7 @@ class _Run:
         return 0.0
 
     async def _act(self, episode: PlayedEpisode, request: TurnRequest) -> tuple[str, TurnReply, str | None]:
-        from trainer_client.env import FORFEIT_ACTION
+        from trainer_client.rollout.tools import FORFEIT_ACTION
 
         reply = await self.policies[request.role].act(request)
         if reply.content is None:
@@ -180,7 +181,7 @@ class _Run:
                 and request_role is Role.VERIFIER and t == 1)
 
     async def play(self, problem: Problem, sample: int) -> PlayedEpisode:
-        from trainer_client.env import FORFEIT_ACTION
+        from trainer_client.rollout.tools import FORFEIT_ACTION
 
         episode = PlayedEpisode(sample)
         key = f"{problem.problem_id}#{sample}"
@@ -280,7 +281,7 @@ class _Run:
                 await self.reward_scores(problem, episodes)
             result.chosen = best_of_n_choice([e.score for e in episodes])
         elif self.settings.strategy == "self_consistency":
-            from trainer_client.heldout import grade_answer_text
+            from trainer_client.experiments.heldout import grade_answer_text
 
             answers = [final_answer_of(e.record) for e in episodes]
             result.chosen, result.votes = self_consistency_choice(answers, grade_answer_text)
@@ -321,7 +322,7 @@ async def evaluate_problems(url: str, problems: Sequence[Problem], policies: dic
     counters: Counter[str] = Counter()
     runner = None
     if settings.strategy == "best_of_n" and settings.select != "verifier":
-        from trainer_client.reward_functions import RewardFunctionRunner, load_reward_function
+        from trainer_client.credit.reward_functions import RewardFunctionRunner, load_reward_function
 
         runner = RewardFunctionRunner(load_reward_function(reward_function or settings.select.removeprefix("reward:")))
     client = MuxClient(url, token)

@@ -1,0 +1,39 @@
+"""HTTP routes beyond OpenEnv: hint templates (RFC 0002), delayed rewards by episode id
+(RFC 0003) and operator counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from env_server.protocol.markers import HINT_TEMPLATES
+from env_server.protocol.models import RewardsStatus
+from env_server.service.facade import DebateService
+
+__all__ = ["extensions_router"]
+
+
+def extensions_router(service: DebateService) -> APIRouter:
+    """``/hints``, ``/episodes/{episode_id}/rewards`` and ``/stats``, served by ``service``."""
+    router = APIRouter(tags=["Extensions"])
+
+    @router.get("/hints")
+    async def hints() -> dict[str, str]:
+        """Hint templates, ``"<role>/<error_kind>"`` -> text (RFC 0002)."""
+        return HINT_TEMPLATES
+
+    @router.get("/episodes/{episode_id}/rewards", response_model=RewardsStatus,
+                responses={202: {"model": RewardsStatus}, 404: {"description": "unknown or expired"}})
+    async def episode_rewards(episode_id: str) -> Any:
+        """The delayed-reward record: 200 when graded, 202 while pending, 404 unknown/expired."""
+        status = service.episode_rewards(episode_id)
+        return JSONResponse(status.model_dump(mode="json"), status_code=200 if status.status == "graded" else 202)
+
+    @router.get("/stats")
+    async def stats() -> dict[str, Any]:
+        """Sessions, episodes and grading counters."""
+        return service.stats()
+
+    return router

@@ -1,0 +1,51 @@
+"""The trainer benchmark runs where the tests run (CPU, no liger-kernel) and prints its figures.
+
+Tiny sizes and one repeat: this checks that ``benchmarks/trainer_step.py`` works end to end and
+reports every pair count it was asked for, never its timings (those live in the README).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_trainer_step_benchmark_reports_each_pair_count(tiny_model_dir) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/trainer_step.py", "--repeats", "1", "--rows", "4", "--prompt-len", "16",
+         "--completion-len", "48", "--hidden", "32", "--layers", "1", "--pairs-per-step", "2", "1",
+         "--tiny-model-dir", tiny_model_dir, "--jsd-tokens", "64", "--jsd-vocab", "512"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["benchmark"] == "trainer_step" and result["pairs_per_step"] == 2
+    ratios = result["ratio_by_pairs_per_step"]
+    assert set(ratios) == {"2", "1"}
+    # the figures agree with each other: the headline ratio is ours / baseline at the first pair
+    # count, it is that count's entry, the table printed the same numbers, and the pair count
+    # reported within target is the largest whose ratio is within it
+    assert result["baseline"] > 0 and result["ours"] > 0
+    assert result["ratio"] == pytest.approx(result["ours"] / result["baseline"], rel=2e-2, abs=2e-3)
+    assert result["ratio"] == ratios["2"]
+    within = [int(pairs) for pairs, ratio in ratios.items() if ratio <= result["target_ratio_max"]]
+    assert result["most_pairs_within_target"] == (max(within) if within else 0)
+    rows = [re.match(r"loss step, median s, (\d+) DPO pair\(s\) per step\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", line)
+            for line in lines if line.startswith("loss step, median s,")]
+    table = {int(row.group(1)): float(row.group(4)) for row in rows if row}
+    assert set(table) == {2, 1}
+    assert all(table[pairs] == pytest.approx(ratios[str(pairs)], abs=6e-3) for pairs in table)
+    if importlib.util.find_spec("liger_kernel") is None:
+        skipped = [line for line in lines if line.startswith("JSD memory part skipped")]
+        assert len(skipped) == 1 and "liger-kernel is not installed" in skipped[0]
+        assert "jsd_memory_ratio" not in result
+    else:
+        assert result["jsd_memory_ratio"] > 0

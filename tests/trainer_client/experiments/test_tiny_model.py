@@ -1,0 +1,173 @@
+"""The offline tiny model: loads without a hub, uses TRL's template, emits tool calls."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import trl
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl.chat_template_utils import add_response_schema, parse_response
+
+from trainer_client.experiments.tiny_model import (
+    _rollout_tokens,
+    build_tiny_model,
+    default_spec,
+    synthetic_debates,
+    tool_callables,
+)
+
+
+def test_loads_offline_with_trls_template(tiny_model_dir, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert tokenizer.chat_template == (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    assert add_response_schema(tokenizer).response_template is not None  # TRL recognises it: tool calls parse
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+    assert model.config.max_position_embeddings >= 4096
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000
+
+
+def test_the_build_is_cached(tiny_model_dir) -> None:
+    start = time.perf_counter()
+    assert build_tiny_model(tiny_model_dir) == Path(tiny_model_dir)
+    assert time.perf_counter() - start < 5  # reused, not rebuilt
+
+
+def test_synthetic_debates_are_deterministic() -> None:
+    assert synthetic_debates(5, seed=3) == synthetic_debates(5, seed=3)
+    assert synthetic_debates(5, seed=3) != synthetic_debates(5, seed=4)
+
+
+def test_it_calls_the_right_tool_most_of_the_time(tiny_model_dir) -> None:
+    tokenizer = add_response_schema(AutoTokenizer.from_pretrained(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tools = tool_callables()
+    torch.manual_seed(0)
+    hits = {"submit_solution": 0, "submit_verdict": 0}
+    debates = synthetic_debates(12, seed=default_spec()["seed"] + 99)  # problems the warm-up never saw
+    for debate in debates:
+        prompt = list(tokenizer.apply_chat_template(debate[:2], tools=tools, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False))
+        verifier_context, _ = _rollout_tokens(tokenizer, debate[:4], tools)
+        for expected, context in (("submit_solution", prompt), ("submit_verdict", verifier_context)):
+            out = model.generate(torch.tensor([context]), do_sample=True, temperature=1.0, max_new_tokens=60,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            parsed = parse_response(tokenizer, out[0, len(context):].tolist(), prefix=context, tools=tools)
+            calls = parsed.get("tool_calls") or []
+            hits[expected] += bool(calls) and calls[0]["function"]["name"] == expected
+    assert hits["submit_solution"] >= 6 and hits["submit_verdict"] >= 6, hits  # most of 12
+
+
+def test_warm_up_layout_is_trls_rollout_layout() -> None:
+    """A warm-up debate's token ids are what TRL's tool loop builds for the same turns: the
+    prompt, then per turn the model's call and trl 1.16's own ``GRPOTrainer._get_tool_suffix_ids``
+    (a TRL internal, called here on a stand-in for the trainer with the attributes it reads).
+    Before the fix the warm-up rendered suffixes with the tokenizer's ``qwen3.jinja`` instead of
+    TRL's training template and dropped ``<|im_start|>user\\n<tool_response>`` from every tool
+    result, so every turn after the first was laid out as no rollout ever is."""
+    from types import SimpleNamespace
+
+    from trl.chat_template_utils import get_training_chat_template
+
+    from trainer_client.experiments.tiny_model import SPECIAL_TOKENS, _train_tokenizer
+
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer = _train_tokenizer(SPECIAL_TOKENS, 300, template)
+    trainer = SimpleNamespace(processing_class=tokenizer, _tokenizer=tokenizer, _is_vlm=False, chat_template_kwargs={},
+                              chat_template=get_training_chat_template(tokenizer))
+    tools = tool_callables()
+    debate = synthetic_debates(1, seed=5, max_rounds=2, answer_accuracy=0.0)[0]  # wrong answer: two rounds
+    expected = list(tokenizer.apply_chat_template(debate[:2], tools=tools, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=False, chat_template=trainer.chat_template))
+    tool_results = 0
+    for message in debate[2:]:
+        if message["role"] == "tool":
+            expected += trl.GRPOTrainer._get_tool_suffix_ids(trainer, [message])
+            tool_results += 1
+        else:
+            expected += _own_tokens(tokenizer, message)
+    ids, mask = _rollout_tokens(tokenizer, debate, tools)
+    assert ids == expected
+    assert tokenizer.decode(ids).count("<|im_start|>user\n<tool_response>") == tool_results >= 3
+    assert len(mask) == len(ids)
+
+
+def _own_tokens(tokenizer, message: dict) -> list[int]:
+    """The model's own tokens for a message as it generates them (qwen3's tool-call format)."""
+    if message.get("tool_calls"):
+        call = message["tool_calls"][0]["function"]
+        text = '<tool_call>\n{"name": "' + call["name"] + '", "arguments": ' + json.dumps(call["arguments"]) + "}\n</tool_call>"
+    else:
+        text = message["content"]
+    return [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+
+
+#: ``_spec_hash(learning_spec())`` at the commit before single-mode warm-up episodes existed
+#: (ce24070, computed there): the published learning experiment's cached builds stay valid.
+LEARNING_SPEC_HASH = "88823b0f84ef3bf4"
+
+
+def test_default_warm_up_has_single_mode_episodes_and_the_learning_one_is_unchanged() -> None:
+    """The default model also sees single-mode rollouts (RFC 0006: one submit_solution call on
+    the single-mode solver prompt, then the tool's "debate is over"); the learning experiment's
+    warm-up is the protocol run's, spec hash included."""
+    from trainer_client.experiments.tiny_model import TinyModelSpec, _spec_hash, _warm_up_conversations, learning_spec
+    from trainer_client.rollout.tools import DEBATE_OVER
+
+    spec = default_spec()
+    assert spec["version"] == 8 and spec["single_episodes"] == 40
+    debates, singles = _warm_up_conversations(spec)
+    assert len(debates) == spec["debates"] and len(singles) == 40
+    assert debates == synthetic_debates(spec["debates"], spec["seed"])  # the debates are version 7's
+    for single in singles:
+        assert [m["role"] for m in single] == ["system", "user", "assistant", "tool", "assistant"]
+        assert single[2]["tool_calls"][0]["function"]["name"] == "submit_solution"
+        assert single[3] == {"role": "tool", "name": "submit_solution", "content": DEBATE_OVER}
+        assert "Solve the math problem step by step" in single[1]["content"]  # the single-mode solver prompt
+    debate_problems = {d[1]["content"].split("\n\n")[1] for d in debates}
+    assert not debate_problems & {s[1]["content"].split("\n\n")[1] for s in singles}  # other problems
+
+    learning = learning_spec()
+    assert learning.get("single_episodes", 0) == 0 and learning["version"] == 7
+    assert _spec_hash(learning) == LEARNING_SPEC_HASH
+    assert _warm_up_conversations(learning)[1] == []
+    assert _spec_hash(default_spec()) != _spec_hash(TinyModelSpec(default_spec(), single_episodes=0))
+
+
+def test_single_mode_warm_up_is_a_real_single_mode_rollout(server_url) -> None:
+    """What the warm-up shows the model for a single-mode episode is what the adapter returns on
+    a real server for the same problem: the reset text, then submit_solution's result."""
+    from env_server.debate.problems import ProblemGenerator
+    from trainer_client.rollout.environment import environment_factory
+
+    (single,) = synthetic_debates(1, seed=7, mode="single")
+    problem = ProblemGenerator().by_seed(10_000 + 7 * 100_000)  # synthetic_debates' first problem for seed 7
+    assert problem.problem in single[1]["content"]
+    env = environment_factory(server_url, mode="single")()
+    assert env.reset(problem_id=problem.problem_id) == single[1]["content"]
+    assert env.submit_solution(single[2]["tool_calls"][0]["function"]["arguments"]["solution"]) == single[3]["content"]
+    record = env.trace.wait_record()
+    assert [turn.role.value for turn in record.turns] == ["solver"] and record.facts.rounds == 0
+
+
+def test_it_calls_submit_solution_on_a_single_mode_prompt(tiny_model_dir) -> None:
+    """The default model's warm-up has single-mode episodes: on the single-mode solver prompt it
+    calls the solver's tool most of the time."""
+    tokenizer = add_response_schema(AutoTokenizer.from_pretrained(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tools = tool_callables()
+    torch.manual_seed(0)
+    hits = 0
+    for single in synthetic_debates(12, seed=default_spec()["seed"] + 99, mode="single"):  # unseen problems
+        prompt = list(tokenizer.apply_chat_template(single[:2], tools=tools, add_generation_prompt=True, tokenize=True,
+                                                    return_dict=False))
+        out = model.generate(torch.tensor([prompt]), do_sample=True, temperature=1.0, max_new_tokens=60,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        parsed = parse_response(tokenizer, out[0, len(prompt):].tolist(), prefix=prompt, tools=tools)
+        calls = parsed.get("tool_calls") or []
+        hits += bool(calls) and calls[0]["function"]["name"] == "submit_solution"
+    assert hits >= 6, hits  # most of 12

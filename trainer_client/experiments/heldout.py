@@ -1,0 +1,469 @@
+"""Held-out evaluation of a policy's first answer: one code path for every measurement.
+
+For each problem (``source.by_seed(seed)``, held-out seeds are ``>= HELDOUT_SEED_BASE``) the
+solver's prompt is built exactly as TRL's tool loop builds a rollout's prompt: the system
+message :data:`~trainer_client.rollout.environment.DEBATE_SYSTEM_PROMPT`, a user message holding
+:func:`~trainer_client.rollout.environment.render_instructions` of the reset observation (played locally with
+the server's own :class:`~env_server.debate.episode.DebateEpisode`), the environment's tools, and
+``apply_chat_template(..., tools=..., add_generation_prompt=True)``. The model generates the
+solver's first turn (greedy, and optionally ``k`` samples at a temperature for pass@k, in
+left-padded batches); the first ``<tool_call>{json}</tool_call>`` block (the qwen3 template's
+format, as TRL's response schema reads it) must call ``submit_solution`` with exactly a
+``solution`` string; its final answer is read with the server's
+:func:`~env_server.debate.answers.final_answer` (the last ``\\boxed{}``, or adjacent boxes merged) and
+graded against the problem's answer with the server's grader (its exact/closed-form fast paths,
+then math-verify in process). Model output is never evaluated as code.
+
+First-answer accuracy counts an answer only when it came through a well-formed
+``submit_solution`` call; a turn without one is format-invalid and wrong. (In training the
+environment would still submit a tool-less reply as the solver's action; here it does not count.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from env_server.debate.answers import final_answer
+from env_server.debate.problems import Problem, ProblemSource
+from env_server.grading.pool import Grader, GradingConfig
+
+__all__ = [
+    "HELDOUT_SEED_BASE",
+    "EpisodeReport",
+    "HeldoutRecord",
+    "HeldoutReport",
+    "SolverTurn",
+    "evaluate_episodes",
+    "evaluate_first_answers",
+    "extend_context",
+    "generate_turns",
+    "grade_answer_text",
+    "heldout_seeds",
+    "observation_prompt_ids",
+    "own_text",
+    "read_solver_turn",
+    "role_tool_action",
+    "solver_prompt_ids",
+]
+
+#: Held-out problems use seeds from here up; warm-up and RL training seeds stay below it.
+HELDOUT_SEED_BASE = 10**9
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
+_END_OF_TURN = "<|im_end|>"
+
+
+def heldout_seeds(n: int, start: int = 0) -> list[int]:
+    """``n`` held-out seeds: ``HELDOUT_SEED_BASE + start + i``."""
+    return [HELDOUT_SEED_BASE + start + i for i in range(n)]
+
+
+@dataclass(frozen=True)
+class SolverTurn:
+    """What a generated solver turn amounts to.
+
+    Attributes:
+        tool: name of the first tool call (``None``: no parsable call).
+        solution: its ``solution`` argument when the call is a well-formed ``submit_solution``.
+        answer: the last ``\\boxed{}`` of the solution (``None``: no box, or no valid call).
+    """
+
+    tool: str | None
+    solution: str | None
+    answer: str | None
+
+    @property
+    def valid(self) -> bool:
+        """A parsable ``submit_solution`` call whose solution has a boxed answer."""
+        return self.answer is not None
+
+
+def read_solver_turn(text: str) -> SolverTurn:
+    """Parse a generated solver turn (decoded with special tokens; stops at ``<|im_end|>``)."""
+    name, arguments = _read_call(text)
+    if name is None:
+        return SolverTurn(None, None, None)
+    if (name != "submit_solution" or arguments is None or set(arguments) != {"solution"}
+            or not isinstance(arguments["solution"], str)):
+        return SolverTurn(name, None, None)
+    solution = arguments["solution"]
+    return SolverTurn("submit_solution", solution, final_answer(solution))
+
+
+def _read_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
+    """``(tool name, arguments)`` of a generated turn's first tool call (text up to ``<|im_end|>``):
+    ``(None, None)`` if no call parses, ``(name, None)`` if its arguments are not an object."""
+    match = _TOOL_CALL.search(text.split(_END_OF_TURN, 1)[0])
+    if match is None:
+        return None, None
+    try:
+        call = json.loads(match.group(1))
+    except json.JSONDecodeError:
+        return None, None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None, None
+    arguments = call.get("arguments")
+    return call["name"], arguments if isinstance(arguments, dict) else None
+
+
+_GRADER: Grader | None = None
+
+
+def grade_answer_text(gold: str, answer: str | None) -> bool:
+    """The server's verdict on an extracted answer: its grader's rule/exact/closed-form paths,
+    else math-verify (``grading_worker.grade_answer``) in this process."""
+    global _GRADER
+    if _GRADER is None:
+        _GRADER = Grader(GradingConfig(workers=1))  # never started: only its synchronous fast paths run
+    quick = _GRADER.quick_grade(gold, answer)
+    if quick is not None:
+        return quick.correct
+    from env_server.grading.worker import grade_answer
+
+    assert answer is not None  # quick_grade decides a missing answer
+    config = _GRADER.config
+    correct, _kind = grade_answer(gold, answer, config.sig_figs, config.soft_timeout_s)
+    return bool(correct)
+
+
+def observation_prompt_ids(tokenizer: Any, observation: Any, tools: Sequence[Any] | None = None) -> list[int]:
+    """Token ids of a rollout's first prompt for an observation (a
+    :class:`~env_server.protocol.models.DebateObservation`), as TRL's tool loop renders it: the system
+    message :data:`~trainer_client.rollout.environment.DEBATE_SYSTEM_PROMPT`, a user message holding
+    :func:`~trainer_client.rollout.environment.render_instructions` of the observation, the environment's tools,
+    the generation prompt, with the training chat template."""
+    from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
+    from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT, render_instructions
+
+    messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
+                {"role": "user", "content": "" + render_instructions(observation)}]
+    return list(tokenizer.apply_chat_template(messages, tools=list(tools if tools is not None else tool_callables()),
+                                              add_generation_prompt=True, tokenize=True, return_dict=False,
+                                              chat_template=training_chat_template(tokenizer)))
+
+
+def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | None = None,
+                      max_rounds: int = 1, mode: str = "debate") -> list[int]:
+    """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout of
+    an episode in ``mode`` (``debate`` or ``single``: the solver's instructions differ, RFC 0006)."""
+    from env_server.debate.episode import DebateEpisode
+    from env_server.protocol.markers import EpisodeMode
+    from env_server.protocol.models import DebateObservation
+
+    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096, mode=EpisodeMode(mode))
+    observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+    return observation_prompt_ids(tokenizer, observation, tools)
+
+
+def role_tool_action(text: str, role: Any) -> str | None:
+    """The action a generated turn amounts to when it is a valid call of ``role``'s tool (its
+    first tool call names the role's tool with exactly that tool's string arguments, and the
+    action text is not blank): :func:`~trainer_client.rollout.environment.action_content` of the call, cut to
+    4,096 characters; else ``None`` (the caller falls back to the turn's text, as the training
+    adapter does)."""
+    from trainer_client.rollout.tools import TOOL_ARGUMENTS, TOOL_FOR_ROLE, action_content
+
+    name, arguments = _read_call(text)
+    tool_role, names = TOOL_ARGUMENTS.get(name or "", (None, ()))
+    if tool_role is None or tool_role is not role or arguments is None or set(arguments) != set(names) or not all(
+            isinstance(arguments[a], str) for a in names):
+        return None
+    content = action_content(TOOL_FOR_ROLE[tool_role], arguments)
+    return content[:4096] if content.strip() else None
+
+
+def own_text(text: str) -> str:
+    """A generated turn's text up to its end-of-turn token."""
+    return text.split(_END_OF_TURN, 1)[0]
+
+
+def extend_context(tokenizer: Any, context: list[int], text: str, next_observation: Any | None,
+                   role: Any, template: str | None) -> list[int]:
+    """The rollout context after a played turn, as TRL's tool loop lays it out: the context,
+    the turn's own tokens (:func:`own_text` re-tokenised) and the end-of-turn token, then (when
+    the episode goes on, ``next_observation`` not ``None``) the tool-result suffix holding
+    :func:`~trainer_client.rollout.environment.render_instructions` of the next observation under the name of
+    ``role``'s tool."""
+    from trainer_client.experiments.tiny_model import tool_result_suffix
+    from trainer_client.rollout.tools import TOOL_FOR_ROLE, render_instructions
+
+    ids = [*context, *tokenizer(own_text(text), add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+    if next_observation is not None:
+        ids += tool_result_suffix(tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
+                                              "content": render_instructions(next_observation)}, template)
+    return ids
+
+
+@dataclass
+class HeldoutRecord:
+    """One problem's result: the greedy turn and, with ``k > 0``, the sampled turns."""
+
+    problem_id: str
+    problem: str
+    gold: str
+    completion: str
+    tool: str | None
+    answer: str | None
+    valid: bool
+    correct: bool
+    sample_answers: list[str | None] = field(default_factory=list)
+    sample_correct: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class HeldoutReport:
+    """Aggregates over the records.
+
+    Attributes:
+        accuracy: greedy first-answer accuracy (a valid call with a correct boxed answer).
+        valid_rate: share of greedy turns that are a valid ``submit_solution`` with a box.
+        accuracy_valid: accuracy among the valid greedy turns (0 when none is valid).
+        pass_at_k: share of problems with at least one correct sample among ``k`` (``None``
+            when ``k == 0``).
+        sample_accuracy: mean correctness of the samples (pass@1 at ``temperature``).
+        sample_valid_rate: share of samples that are valid.
+        seconds: wall-clock of the whole evaluation.
+    """
+
+    n: int
+    accuracy: float
+    valid_rate: float
+    accuracy_valid: float
+    k: int
+    temperature: float
+    pass_at_k: float | None
+    sample_accuracy: float | None
+    sample_valid_rate: float | None
+    seconds: float
+    records: list[HeldoutRecord]
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates without the records."""
+        return {k: v for k, v in asdict(self).items() if k != "records"}
+
+
+def generate_turns(model: Any, tokenizer: Any, prompts: list[list[int]], *, sample: bool, num: int, temperature: float,
+                   max_new_tokens: int) -> list[list[str]]:
+    """Decoded continuations (special tokens kept), ``num`` per prompt, from one left-padded
+    batch on the model's device: greedy, or sampled at ``temperature`` (``top_k`` 0, ``top_p`` 1)."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):
+        input_ids[row, width - len(ids):] = torch.tensor(ids)
+        attention[row, width - len(ids):] = 1
+    options: dict[str, Any] = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0, "num_return_sequences": num}
+        if sample else {"do_sample": False}
+    )
+    device = next(model.parameters()).device
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    with torch.inference_mode():
+        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+                             pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **options)
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=False)
+    return [texts[i * num:(i + 1) * num] for i in range(len(prompts))]
+
+
+def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *, k: int = 0,
+                           temperature: float = 1.0, batch_size: int = 64, max_new_tokens: int = 96,
+                           sample_seed: int = 0, max_rounds: int = 1, mode: str = "debate") -> HeldoutReport:
+    """Greedy first-answer accuracy (and pass@k at ``temperature`` with ``k`` samples) on
+    ``source.by_seed(s)`` for ``s`` in ``seeds``.
+
+    Args:
+        model, tokenizer: a Hugging Face causal LM and its tokenizer (chat template with tools).
+        source: the problem source the server serves.
+        seeds: problem seeds (held-out: :func:`heldout_seeds`).
+        k: samples per problem for pass@k (0: greedy only).
+        temperature: sampling temperature of the samples.
+        batch_size: prompts per generation batch (left padding).
+        max_new_tokens: longest generated turn.
+        sample_seed: torch seed for the samples (reproducible).
+        max_rounds: the episode's rounds (the solver's first instructions do not depend on it).
+        mode: the episode mode the policy was trained in (``debate`` or ``single``): the
+            solver's first prompt is that mode's, as in training.
+    """
+    import torch
+
+    from trainer_client.experiments.tiny_model import tool_callables
+
+    start = time.perf_counter()
+    was_training = model.training
+    model.train(False)
+    tools = tool_callables()
+    problems = [source.by_seed(s) for s in seeds]
+    prompts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in problems]
+    greedy: list[str] = []
+    samples: list[list[str]] = []
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(sample_seed)
+    try:
+        for i in range(0, len(prompts), batch_size):
+            batch = prompts[i:i + batch_size]
+            greedy += [texts[0] for texts in generate_turns(model, tokenizer, batch, sample=False, num=1,
+                                                       temperature=temperature, max_new_tokens=max_new_tokens)]
+            if k:
+                samples += generate_turns(model, tokenizer, batch, sample=True, num=k, temperature=temperature,
+                                     max_new_tokens=max_new_tokens)
+    finally:
+        torch.random.set_rng_state(generator_state)
+        model.train(was_training)
+    records = []
+    for j, problem in enumerate(problems):
+        turn = read_solver_turn(greedy[j])
+        sample_turns = [read_solver_turn(t) for t in samples[j]] if k else []
+        records.append(HeldoutRecord(
+            problem_id=problem.problem_id, problem=problem.problem, gold=problem.answer, completion=greedy[j],
+            tool=turn.tool, answer=turn.answer, valid=turn.valid,
+            correct=turn.valid and grade_answer_text(problem.answer, turn.answer),
+            sample_answers=[t.answer for t in sample_turns],
+            sample_correct=[t.valid and grade_answer_text(problem.answer, t.answer) for t in sample_turns],
+        ))
+    n = len(records)
+    valid = [r for r in records if r.valid]
+    all_samples = [c for r in records for c in r.sample_correct]
+    return HeldoutReport(
+        n=n,
+        accuracy=sum(r.correct for r in records) / n if n else 0.0,
+        valid_rate=len(valid) / n if n else 0.0,
+        accuracy_valid=sum(r.correct for r in valid) / len(valid) if valid else 0.0,
+        k=k,
+        temperature=temperature,
+        pass_at_k=sum(any(r.sample_correct) for r in records) / n if k and n else None,
+        sample_accuracy=sum(all_samples) / len(all_samples) if all_samples else None,
+        sample_valid_rate=(sum(a is not None for r in records for a in r.sample_answers) / len(all_samples)
+                           if all_samples else None),
+        seconds=time.perf_counter() - start,
+        records=records,
+    )
+
+
+@dataclass
+class EpisodeReport:
+    """Greedy whole-debate evaluation (:func:`evaluate_episodes`).
+
+    Attributes:
+        n: problems.
+        episode_reward: mean episode reward ``G`` by the server's rule
+            (:func:`env_server.debate.rewards.episode_rewards_data`).
+        finished_rate: share of debates in which every turn was a valid call of the acting
+            role's tool (the others were finished by forfeits, as the adapter does in training).
+        judge_accuracy: share of debates whose judge boxed a correct answer (``None`` in
+            ``single`` mode: there is no judge).
+        episode_rewards: per problem, ``G`` (same order as the seeds).
+        first_answer_correct: per problem, whether the solver's first answer was right.
+        seconds: wall-clock of the evaluation.
+    """
+
+    n: int
+    episode_reward: float
+    finished_rate: float
+    judge_accuracy: float | None
+    episode_rewards: list[float]
+    first_answer_correct: list[bool]
+    seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        """The aggregates without the per-problem lists."""
+        return {k: v for k, v in asdict(self).items() if k not in ("episode_rewards", "first_answer_correct")}
+
+
+def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
+                      max_rounds: int = 1, batch_size: int = 64, max_new_tokens: int = 96,
+                      mode: str = "debate") -> EpisodeReport:
+    """Greedy whole episodes on ``source.by_seed(s)``: the model plays every role, turn by turn,
+    in the token layout of TRL's tool loop (its own tokens, then the tool-result suffix of the
+    training chat template), against the server's own :class:`~env_server.debate.episode.DebateEpisode`;
+    answers graded with :func:`grade_answer_text` and ``G`` computed by the server's rewards rule.
+
+    A turn that is not a valid call of the acting role's tool ends the rollout: its text becomes
+    the acting role's action and the remaining turns are forfeited, as the training adapter
+    finishes an episode (stricter than TRL's loop, which answers a wrong tool with an error and
+    lets the model try again in the same rollout).
+
+    Args:
+        model, tokenizer: a Hugging Face causal LM and its tokenizer (chat template with tools).
+        source, seeds: the problems (held-out: :func:`heldout_seeds`).
+        max_rounds: solver/verifier rounds before the judge.
+        batch_size: debates per generation batch (left padding).
+        max_new_tokens: longest generated turn.
+        mode: ``debate``, or ``single`` (the solver's one answer, RFC 0006; no judge, so
+            ``judge_accuracy`` is ``None``).
+    """
+    from env_server.debate.episode import DebateEpisode
+    from env_server.debate.rewards import episode_rewards_data
+    from env_server.protocol.grades import Grade
+    from env_server.protocol.markers import EpisodeMode, ErrorKind
+    from env_server.protocol.models import DebateAction, DebateObservation
+    from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
+    from trainer_client.rollout.tools import FORFEIT_ACTION
+
+    start = time.perf_counter()
+    was_training = model.training
+    model.train(False)
+    tools = tool_callables()
+    template = training_chat_template(tokenizer)
+    rewards: list[float] = []
+    first_correct: list[bool] = []
+    finished = judge_right = 0
+    problems = [source.by_seed(s) for s in seeds]
+
+    def observation(episode: DebateEpisode) -> DebateObservation:
+        return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+
+    try:
+        for i in range(0, len(problems), batch_size):
+            batch = problems[i:i + batch_size]
+            episodes = [DebateEpisode(f"heldout-{i + j}", p, max_rounds=max_rounds, max_action_chars=4096,
+                                      mode=EpisodeMode(mode)) for j, p in enumerate(batch)]
+            contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in batch]
+            forfeited = [False] * len(batch)
+            while active := [j for j, e in enumerate(episodes) if not e.done]:
+                texts = generate_turns(model, tokenizer, [contexts[j] for j in active], sample=False, num=1,
+                                  temperature=1.0, max_new_tokens=max_new_tokens)
+                for j, (text,) in zip(active, texts, strict=True):
+                    episode = episodes[j]
+                    role = episode.role
+                    assert role is not None, "an episode that is not done has a role to play"
+                    content = role_tool_action(text, role)
+                    if content is not None:
+                        episode.step(DebateAction(role=role, content=content))
+                        contexts[j] = extend_context(tokenizer, contexts[j], text,
+                                                     None if episode.done else observation(episode), role, template)
+                        continue
+                    fallback = own_text(text).strip()[:4096]
+                    episode.step(DebateAction(role=role, content=fallback or FORFEIT_ACTION))
+                    forfeited[j] = not fallback
+                    while not episode.done:
+                        assert episode.role is not None
+                        episode.step(DebateAction(role=episode.role, content=FORFEIT_ACTION))
+                        forfeited[j] = True
+            for episode, was_forfeited in zip(episodes, forfeited, strict=True):
+                grades = {}
+                for turn in episode.turns:
+                    if turn.needs_grade:
+                        correct = grade_answer_text(episode.problem.answer, turn.answer)
+                        kind = ErrorKind.MISSING_FINAL_ANSWER if turn.answer is None else None
+                        grades[turn.t] = Grade(correct, kind, "heldout")
+                record = episode_rewards_data(episode, grades, graded_at=0.0)
+                rewards.append(float(record["episode_reward"]))
+                first_correct.append(bool(record["facts"]["first_answer_correct"]))
+                finished += not was_forfeited
+                judge_right += bool(record["facts"]["judge_correct"])
+    finally:
+        model.train(was_training)
+    n = len(rewards)
+    return EpisodeReport(n=n, episode_reward=sum(rewards) / n if n else 0.0,
+                         finished_rate=finished / n if n else 0.0,
+                         judge_accuracy=(judge_right / n if n else 0.0) if mode == "debate" else None,
+                         episode_rewards=rewards, first_answer_correct=first_correct,
+                         seconds=time.perf_counter() - start)

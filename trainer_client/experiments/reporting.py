@@ -1,0 +1,305 @@
+"""Run outputs: ``metrics.jsonl`` (one line per logged step) and a PNG of rewards and losses.
+
+Metrics travel through TRL's own logging (so ``report_to`` tensorboard/wandb sees them too);
+this callback only mirrors each training log line into a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
+
+__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "plot_metrics",
+           "write_ablation_report"]
+
+LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
+"""The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
+the same value as ``loss/sdpo_jsd`` for one release, then removed."""
+ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward")
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every training log that carries the loss channels to ``path`` as a JSON line
+    ``{"step": int, <metric>: float, ...}``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs or "loss/total" not in logs:
+            return
+        line = {"step": state.global_step}
+        line.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+class QuietProgressCallback(ProgressCallback):
+    """The usual progress bar, without printing every log dict under it (the metrics are in
+    ``metrics.jsonl`` and in whatever ``report_to`` sends them to)."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        return None
+
+
+#: Window of the trailing mean drawn over per-step rewards (:func:`plot_metrics`).
+SMOOTHING_STEPS = 10
+
+
+def _trailing_mean(values: Sequence[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
+    """Plot per-role rewards and the three loss channels against the step. With 10 steps or
+    more, each reward is drawn faint per step with its trailing mean over
+    :data:`SMOOTHING_STEPS` steps on top (one batch holds only a few problems, so per-step
+    rewards jump between 0 and 1).
+
+    Args:
+        metrics_path: a ``metrics.jsonl`` written by :class:`MetricsFileCallback`.
+        out_path: the PNG to write.
+
+    Returns:
+        ``out_path``.
+
+    Raises:
+        ValueError: the metrics file has no lines.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    if not lines:
+        raise ValueError(f"{metrics_path} holds no metrics")
+    fig, (rewards_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, keys, title in ((rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")):
+        for key in keys:
+            points = [(line["step"], line[key]) for line in lines if key in line]
+            if not points:
+                continue
+            steps, values = zip(*points, strict=True)
+            if ax is rewards_ax and len(values) >= 10:
+                drawn = ax.plot(steps, values, alpha=0.25, linewidth=1)
+                ax.plot(steps, _trailing_mean(values, SMOOTHING_STEPS), color=drawn[0].get_color(), linewidth=2,
+                        label=f"{key} (mean of last {SMOOTHING_STEPS})")
+            else:
+                ax.plot(steps, values, marker="o", label=key)
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path
+
+
+def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str, tuple[dict[str, Any], list[bool]]],
+                          results: list[Any], controls: dict[str, dict[str, Any]]) -> None:
+    """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
+
+    Args:
+        out: the output directory.
+        protocol: the fixed settings (model, problems, held-out size, seeds, steps, ...).
+        befores: per episode mode (``debate`` first), the starting policy's held-out figures
+            in that mode (:meth:`HeldoutReport.summary
+            <trainer_client.experiments.heldout.HeldoutReport.summary>`, plus ``episode_reward`` and
+            ``finished_rate`` of :func:`~trainer_client.experiments.heldout.evaluate_episodes` when
+            measured) and its ``(N,)`` per-problem correctness. Each arm is compared with the
+            starting policy in its own mode (a run's ``mode``).
+        results: :class:`~trainer_client.experiments.ablate.RunResult` per (arm, seed), controls included.
+        controls: the answer-only controls (:func:`~trainer_client.experiments.ablate.static_controls`).
+
+    Raises:
+        KeyError: a run's mode has no starting-policy figures in ``befores``.
+    """
+    from trainer_client.experiments.stats import mean_interval, paired_gain
+
+    arms: dict[str, list[Any]] = {}
+    for result in results:
+        arms.setdefault(result.arm, []).append(result)
+    first_mode = next(iter(befores))
+    summary: dict[str, Any] = {"protocol": protocol, "before": befores[first_mode][0], "controls": controls,
+                               "arms": {}}
+    if len(befores) > 1:
+        summary["before_by_mode"] = {mode: figures for mode, (figures, _) in befores.items()}
+    for name, runs in arms.items():
+        mode = runs[0].mode
+        b, before_correct = befores[mode]
+        gain = paired_gain(before_correct, [r.correct for r in runs])
+        after = {key: mean_interval([r.heldout[key] for r in runs]).mean
+                 for key in ("accuracy", "valid_rate", "accuracy_valid", "pass_at_k", "episode_reward", "finished_rate")
+                 if runs[0].heldout.get(key) is not None}
+        summary["arms"][name] = {
+            "mode": mode,
+            "accuracy_before": b["accuracy"],
+            "accuracy_after": after["accuracy"],
+            "seeds": [r.seed for r in runs],
+            "accuracy_after_by_seed": [r.heldout["accuracy"] for r in runs],
+            "gain_by_seed_ci95": [gain.by_seed.low, gain.by_seed.high],
+            "gain_by_problem_ci95": [gain.by_problem.low, gain.by_problem.high],
+            "valid_rate_after": after.get("valid_rate"),
+            "accuracy_valid_after": after.get("accuracy_valid"),
+            "pass_at_k_after": after.get("pass_at_k"),
+            "valid_rate_before": b.get("valid_rate"),
+            "pass_at_k_before": b.get("pass_at_k"),
+            "episode_reward_before": b.get("episode_reward"),
+            "episode_reward_after": after.get("episode_reward"),
+            "finished_rate_after": after.get("finished_rate"),
+            "rl_seconds": [r.rl_seconds for r in runs],
+            "steps": [r.steps for r in runs],
+            "gold_supervised": any(r.gold_supervised for r in runs),
+            "pairs_stored": [r.pairs_stored for r in runs],
+            "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
+        }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
+    (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
+
+
+def _control_seeds_note(protocol: dict[str, Any]) -> str:
+    """`` (trained controls on the first K)`` when ``--control-seeds`` ran them on fewer seeds."""
+    k = protocol.get("control_seeds")
+    return "" if k is None or k >= protocol["seeds"] else f" (the trained controls on the first {k})"
+
+
+def _pct(fraction: float | None) -> str:
+    """A fraction as a percentage with one decimal, ``-`` when unknown."""
+    return "-" if fraction is None else f"{100 * fraction:.1f}"
+
+
+def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
+                       befores: dict[str, tuple[dict[str, Any], list[bool]]]) -> str:
+    from trainer_client.experiments.stats import paired_gain
+
+    p = summary["protocol"]
+    lines = [
+        "# mathdebate ablate: held-out accuracy before and after training", "",
+        f"Model `{p['model']}`, problems `{p['problems']}`, {p['heldout_problems']} held-out problems "
+        f"(seeds {p['heldout_seeds'][0]}..{p['heldout_seeds'][1]}), {p['seeds']} seeds"
+        f"{_control_seeds_note(p)}, {p['max_steps']} steps per run, "
+        f"greedy first answer; pass@{p['pass_k']} at temperature 1. Evaluation: {p['eval_seconds_mean']:.0f} s per "
+        "policy (timed apart from training).", "",
+        f"Command: `{p['command']}`", "",
+        "![report](report.png)", "",
+        "## Held-out first-answer accuracy (percent; gains in points with paired 95% intervals)", "",
+        "| arm | before | after (mean over seeds) | gain, seed-level CI | gain, problem-level CI | valid before → after "
+        "| acc. among valid after | pass@k before → after | episode reward before → after | RL s/seed | s/step "
+        "| DPO pairs | error-site rate | gold-supervised |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, arm in summary["arms"].items():
+        runs = arms[name]
+        gain = paired_gain(befores[arm["mode"]][1], [r.correct for r in runs])
+        step_time = arm["run_means"].get("step_time")
+        lines.append(
+            f"| {name} | {_pct(arm['accuracy_before'])} | {_pct(arm['accuracy_after'])} "
+            f"({', '.join(_pct(x) for x in arm['accuracy_after_by_seed'])}) | {gain.by_seed.points()} | "
+            f"{gain.by_problem.points()} | {_pct(arm['valid_rate_before'])} → {_pct(arm['valid_rate_after'])} | "
+            f"{_pct(arm['accuracy_valid_after'])} | {_pct(arm['pass_at_k_before'])} → {_pct(arm['pass_at_k_after'])} | "
+            f"{_pct(arm['episode_reward_before'])} → {_pct(arm['episode_reward_after'])} | "
+            f"{sum(arm['rl_seconds']) / len(arm['rl_seconds']):.0f} | "
+            f"{'-' if step_time is None else f'{step_time:.2f}'} | {sum(arm['pairs_stored']) / len(runs):.0f} | "
+            f"{_pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
+    if len(befores) > 1:
+        lines += ["", "Each arm's *before* is the starting policy evaluated in the arm's own episode mode (the "
+                  "solver's prompt differs by mode): " + ", ".join(
+                      f"{mode} {_pct(figures['accuracy'])}" for mode, (figures, _) in befores.items()) + "."]
+    lines += ["", "Episode reward: greedy whole debates on the same held-out problems (the model plays every role; "
+              "`G` by the server's rule; a turn that is not a valid call of its role's tool ends the debate with "
+              "forfeits, as in training).", "",
+              "`shuffled`: the baseline with episode rewards shuffled within each batch (control). `sft`: supervised "
+              "fine-tuning on gold debates of the training problems for the baseline run's wall-clock (control; "
+              "gold-supervised by construction).", ""]
+    if summary["controls"]:
+        lines += ["## Answer-only controls", "", "| control | accuracy |", "|---|---|"]
+        for name, control in summary["controls"].items():
+            detail = control.get("answer", control.get("which", ""))
+            lines.append(f"| {name} ({detail}) | {_pct(control['accuracy'])} |")
+        lines.append("")
+    lines += ["## Per-role rewards during training (mean over steps and seeds)", "",
+              "| arm | solver | verifier | judge accuracy | episode reward |", "|---|---|---|---|---|"]
+    for name, arm in summary["arms"].items():
+        m = arm["run_means"]
+        lines.append(f"| {name} | {_pct(m.get('debate/reward/solver'))} | {_pct(m.get('debate/reward/verifier'))} | "
+                     f"{_pct(m.get('debate/judge_accuracy'))} | {_pct(m.get('debate/episode_reward'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ablation_plot(path: Path, arms: dict[str, list[Any]], before: dict[str, Any],
+                   controls: dict[str, dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from trainer_client.experiments.stats import mean_interval
+
+    fig, (curve_ax, acc_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, runs in arms.items():
+        if name == "sft":
+            continue
+        steps = sorted({line["step"] for r in runs for line in r.curve if "debate/reward/solver" in line})
+        if not steps:
+            continue
+        # each seed's curve as its trailing mean over SMOOTHING_STEPS (a step holds only a few
+        # problems), then the interval over seeds at each step, clipped to the reward's range
+        smoothed = []
+        for r in runs:
+            by_step = {line["step"]: line["debate/reward/solver"] for line in r.curve if "debate/reward/solver" in line}
+            seed_steps = [step for step in steps if step in by_step]
+            smoothed.append(dict(zip(seed_steps, _trailing_mean([by_step[t] for t in seed_steps], SMOOTHING_STEPS),
+                                     strict=True)))
+        means, lows, highs = [], [], []
+        for step in steps:
+            interval = mean_interval([curve[step] for curve in smoothed if step in curve])
+            means.append(interval.mean)
+            lows.append(max(0.0, interval.low))
+            highs.append(min(1.0, interval.high))
+        curve_ax.plot(steps, means, label=f"{name} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
+        curve_ax.fill_between(steps, lows, highs, alpha=0.2)
+    curve_ax.set_xlabel("step")
+    curve_ax.set_ylabel(f"solver reward (mean of last {SMOOTHING_STEPS} steps)")
+    curve_ax.set_ylim(-0.02, 1.02)
+    curve_ax.set_title("training reward: mean and 95% interval over seeds")
+    curve_ax.grid(alpha=0.3)
+    curve_ax.legend(fontsize=8)
+
+    names = list(arms)
+    x = np.arange(len(names))
+    afters = [mean_interval([r.heldout["accuracy"] for r in arms[n]]) for n in names]
+    acc_ax.bar(x, [100 * a.mean for a in afters], color="tab:blue", alpha=0.8, label="after")
+    acc_ax.errorbar(x, [100 * a.mean for a in afters],
+                    yerr=[[100 * (a.mean - a.low) for a in afters], [100 * (a.high - a.mean) for a in afters]],
+                    fmt="none", ecolor="black", capsize=4)
+    acc_ax.axhline(100 * before["accuracy"], color="tab:red", linestyle="--", label="before (starting policy)")
+    for (name, control), style in zip(controls.items(), (":", "-."), strict=False):
+        acc_ax.axhline(100 * control["accuracy"], color="gray", linestyle=style, label=name)
+    acc_ax.set_xticks(x, names, rotation=20)
+    acc_ax.set_ylabel("held-out first-answer accuracy (%)")
+    acc_ax.set_title("held-out accuracy after training (95% interval over seeds)")
+    acc_ax.grid(alpha=0.3, axis="y")
+    acc_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,463 @@
+"""The offline tiny model: tokenizer, Qwen2 config and a short tool-call warm-up, all local.
+
+Tests and the CPU demo must not download anything. A randomly initialised model never emits a
+tool call, so every debate would be forfeited and every reward equal (no learning signal).
+``build_tiny_model`` therefore also runs a short supervised warm-up on synthetic debates,
+built with the real environment code (``DebateEpisode`` and the adapter's
+``render_instructions``) and tokenised exactly as TRL's tool loop lays out a rollout: the
+prompt with the tool schemas, then per turn the model's tool call and TRL's tool-result
+suffix. After it, sampling at temperature 1 mostly yields well-formed calls to the right tool,
+with arbitrary answers, so rewards vary. The default model's warm-up also holds single-mode
+episodes (RFC 0006, ``TrainConfig.mode: single``); the learning experiment's holds debates only.
+
+Recipe from TRL's own tests (see shared/reference/trl-notes.md §4): ByteLevel BPE with the
+Qwen special tokens, TRL's bundled ``qwen3.jinja`` chat template (TRL parses tool calls only
+for templates it recognises), ``Qwen2ForCausalLM`` with a tiny config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LEARNING_WARMUP_SEED_BASE",
+    "TinyModelSpec",
+    "build_tiny_model",
+    "default_spec",
+    "learning_spec",
+    "rollout_tokens",
+    "supervised_steps",
+    "synthetic_debates",
+    "tiny_model_main",
+    "tool_callables",
+    "tool_result_suffix",
+    "training_chat_template",
+]
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
+
+
+class TinyModelSpec(dict):
+    """Build parameters (a plain dict, recorded in ``tiny_model.json`` to detect a stale cache)."""
+
+
+def default_spec(seed: int = 0) -> TinyModelSpec:
+    """The default tiny model (``model: tiny``; the tests' model): a 2-layer Qwen2 warmed up on
+    ``debates`` one-round synthetic debates of the default problem rotation (random answers and
+    verdicts: the point is the tool-call format) plus ``single_episodes`` single-mode episodes
+    (RFC 0006: the solver's one ``submit_solution`` call, then the tool's "debate is over"), so
+    that a ``mode: single`` run starts from a model that has seen that prompt. Version 8 added
+    the single-mode episodes (40 of the 200 warm-up conversations)."""
+    return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
+                         intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
+                         learning_rate=4e-3, single_episodes=40, version=8)
+
+
+#: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
+#: ``LEARNING_WARMUP_SEED_BASE + spec_seed * 10**6 + i``, disjoint from RL training seeds (a
+#: training run uses ``config.seed + i`` for ``i < dataset_size``, far below 10**8) and from
+#: held-out seeds (``>= trainer_client.experiments.heldout.HELDOUT_SEED_BASE`` = 10**9).
+LEARNING_WARMUP_SEED_BASE = 10**8
+
+
+def learning_spec(seed: int = 0) -> TinyModelSpec:
+    """The tiny model for the learning experiment (``mathdebate ablate --model tiny``): the
+    default size, warmed up on gold debates of the easy ``single_digit_sum`` family (worked
+    solutions ``$a + b = s$. So the answer is $\\boxed{s}$.``), with a phrase-token tokenizer
+    (``phrase_tokens``: the ~540-token solver prompt becomes ~70 tokens; with the word-level
+    tokenizer the model never learned to read the problem: greedy accuracy stayed at chance).
+
+    Stop rule, fixed before any RL run: 300 optimizer steps of a linear decay planned over 600
+    (``sft_schedule_steps``), i.e. stopped halfway. With the rollout layout fixed (spec version 7,
+    TRL's training chat template) step 300 gives 51-55% greedy held-out accuracy (300 validation
+    and 200 held-out problems), sampled accuracy 38% and pass@8 82% at temperature 1. (Before the
+    fix, the same recipe's curve was 13/25-32/50/81% at steps 200/300/400/600.)"""
+    # No single-mode episodes, and the version the protocol run used: the published experiment's
+    # warm-up (data, order, tokenizer, hash) stays exactly as it was (docs/ablation).
+    return TinyModelSpec(default_spec(seed), single_episodes=0, version=7, family="single_digit_sum",
+                         answer_accuracy=1.0, wrong_answers=[0, 18], worked=True,
+                         warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, phrase_tokens=True, vocab_size=2048,
+                         sft_steps=300, sft_schedule_steps=600)
+
+
+def tool_callables() -> list[Any]:
+    """The adapter's tools as TRL passes them to ``apply_chat_template``: bound methods, in TRL's
+    order (trl 1.16 ``GRPOTrainer.__init__`` lists an environment's public methods with
+    ``inspect.getmembers(type(instance), inspect.isfunction)`` minus ``reset`` and ``get_reward``,
+    i.e. sorted by name:
+    ``submit_final_answer``, ``submit_solution``, ``submit_verdict``), without connecting to a
+    server. The order matters: it is the order of the schemas in the prompt, and a model warmed
+    up on another order sees an unfamiliar prompt in training."""
+    import inspect
+
+    from trainer_client.rollout.environment import DebateEnvironment
+
+    instance = object.__new__(DebateEnvironment)
+    return [getattr(instance, name) for name, _ in inspect.getmembers(DebateEnvironment, predicate=inspect.isfunction)
+            if not name.startswith("_") and name not in ("reset", "get_reward")]
+
+
+def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None = None,
+                      answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | None = None,
+                      seed_base: int | None = None, worked: bool = False,
+                      restate: bool = False, mode: str = "debate") -> list[list[dict[str, Any]]]:
+    """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
+    results, then a closing assistant message), played locally with scripted actions.
+
+    One round (solver, verifier, judge) by default: the shortest full debate, so the warm-up
+    is cheap; later rounds repeat the same two tools.
+
+    Answers are right or wrong at random, verdicts agree or not: the point is the format.
+
+    Args:
+        n, seed, max_rounds: how many debates, the scripted actions' seed, rounds per debate.
+        family: draw problems from this generator family only (``None``: the default rotation,
+            problem seeds ``10_000 + seed * 100_000 + i``).
+        answer_accuracy: probability that the scripted solver's answer is the right one.
+        wrong_answers: ``(low, high)``: a wrong answer is drawn uniformly from these integers,
+            never the right answer (``None``: from -50..200, possibly the right one by chance).
+        seed_base: first problem seed with ``family`` (problem ``i`` uses ``seed_base + i``).
+        worked: a right answer comes with the problem's reference solution (its worked steps,
+            ending in the boxed answer) instead of a one-word lead-in.
+        restate: a worked solution starts by restating the problem verbatim (the same tokens
+            as in the prompt, so copying them is an easy first skill for a tiny model).
+        mode: ``"debate"`` or ``"single"`` (RFC 0006: the solver's one ``submit_solution``
+            call on the single-mode solver prompt, then the tool's result, which is
+            ``trainer_client.rollout.environment.DEBATE_OVER`` as in a real single-mode rollout, and the
+            closing message).
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    from env_server.debate.episode import DebateEpisode
+    from env_server.debate.problems import ProblemGenerator
+    from env_server.protocol.markers import EpisodeMode, Role
+    from env_server.protocol.models import DebateAction, DebateObservation
+    from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT, render_instructions
+
+    rng = random.Random(seed)
+    generator = ProblemGenerator() if family is None else ProblemGenerator(families=[family])
+    first_seed = 10_000 + seed * 100_000 if seed_base is None else seed_base
+    conversations = []
+
+    def observation(episode: DebateEpisode) -> DebateObservation:
+        return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+
+    for i in range(n):
+        problem = generator.by_seed(first_seed + i)
+        episode = DebateEpisode(f"synthetic-{i}", problem, max_rounds=max_rounds, max_action_chars=4096,
+                                mode=EpisodeMode(mode))
+        messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
+                    {"role": "user", "content": render_instructions(observation(episode))}]
+        last_answer = problem.answer
+        while not episode.done:
+            role = episode.role
+            assert role is not None, "an episode that is not done has a role to play"
+            if role is Role.SOLVER:
+                last_answer = problem.answer if rng.random() < answer_accuracy else _wrong_answer(rng, problem.answer,
+                                                                                                     wrong_answers)
+                arguments = {"solution": rng.choice(["So", "Thus", "Hence"]) + f" \\boxed{{{last_answer}}}"}
+                if worked and last_answer == problem.answer:
+                    arguments["solution"] = f"{problem.problem} {problem.solution}" if restate else problem.solution
+                content, name = arguments["solution"], "submit_solution"
+            elif role is Role.VERIFIER:
+                verdict = rng.choice(["CORRECT", "INCORRECT"])
+                arguments = {"verdict": verdict, "critique": rng.choice(["Checked.", "Step two is wrong.", "Fine."])}
+                content, name = f"{arguments['critique']}\n\nVERDICT: {verdict}", "submit_verdict"
+            else:
+                arguments = {"answer": last_answer}
+                content, name = f"\\boxed{{{last_answer}}}", "submit_final_answer"
+            episode.step(DebateAction(role=role, content=content))
+            messages.append(_call(name, arguments))
+            messages.append({"role": "tool", "name": name, "content": render_instructions(observation(episode))})
+        messages.append({"role": "assistant", "content": "Done."})
+        conversations.append(messages)
+    return conversations
+
+
+def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int] | list[int] | None) -> str:
+    if wrong_answers is None:
+        return str(rng.randint(-50, 200))
+    low, high = wrong_answers
+    while (value := str(rng.randint(low, high))) == answer:
+        pass
+    return value
+
+
+def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phrase_tokens: bool = False):
+    """A byte-level BPE tokenizer. ``phrase_tokens``: no split on spaces or punctuation (only each
+    digit stands alone), so BPE merges the prompt's fixed phrases (instructions, tool schemas) into
+    long tokens: the solver's prompt shrinks from ~540 to ~85 tokens, and a 2-layer model's attention
+    finds the problem among far fewer positions (and runs ~6x faster)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    if phrase_tokens:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer)
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    wrapped.chat_template = chat_template
+    return wrapped
+
+
+def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any]) -> tuple[list[int], list[int]]:
+    """Token ids of a debate laid out as TRL's tool loop lays it out, and a 0/1 mask of the
+    model's own tokens (its messages and their end-of-turn token).
+
+    The prompt and every tool-result suffix are rendered with :func:`training_chat_template`,
+    the template TRL renders rollouts with (a tokenizer's own ``qwen3.jinja`` renders an empty
+    ``<think>`` block on a final assistant message, which made the suffixes here drop the
+    ``<|im_start|>user\n<tool_response>`` header that TRL's rollouts carry)."""
+    template = training_chat_template(tokenizer)
+    prompt = list(tokenizer.apply_chat_template(messages[:2], tools=tools, add_generation_prompt=True, tokenize=True,
+                                                return_dict=False, chat_template=template))
+    ids, mask = prompt, [0] * len(prompt)
+    eos = tokenizer.eos_token_id
+    i = 2
+    while i < len(messages):
+        message = messages[i]
+        if message.get("tool_calls"):
+            call = message["tool_calls"][0]["function"]
+            text = ('<tool_call>\n{"name": "' + call["name"] + '", "arguments": ' + json.dumps(call["arguments"])
+                    + "}\n</tool_call>")
+        else:
+            text = message["content"]
+        own = [*tokenizer(text, add_special_tokens=False)["input_ids"], eos]
+        ids, mask = ids + own, mask + [1] * len(own)
+        if i + 1 < len(messages) and messages[i + 1]["role"] == "tool":
+            suffix = tool_result_suffix(tokenizer, messages[i + 1], template)
+            ids, mask = ids + suffix, mask + [0] * len(suffix)
+            i += 2
+        else:
+            i += 1
+    return ids, mask
+
+
+def tool_result_suffix(tokenizer, tool_message: dict[str, Any], template: str | None = None) -> list[int]:
+    """What TRL appends after a tool call (trl 1.16 ``GRPOTrainer._get_tool_suffix_ids``): the
+    tool result block and the next generation prompt, rendered with ``template`` (``None``: the
+    tokenizer's own).
+
+    Raises:
+        ValueError: the template is not prefix-preserving (TRL raises the same).
+    """
+    dummy = [{"role": "user", "content": "dummy"},
+             {"role": "assistant", "content": "",
+              "tool_calls": [{"type": "function", "function": {"name": tool_message["name"], "arguments": {}}}]}]
+    prefix = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False, chat_template=template))
+    full = list(tokenizer.apply_chat_template([*dummy, tool_message], add_generation_prompt=True, tokenize=True,
+                                              return_dict=False, chat_template=template))
+    eos_positions = [k for k, tok in enumerate(prefix) if tok == tokenizer.eos_token_id]
+    prefix = prefix[: eos_positions[-1] + 1]
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template is not prefix-preserving: render with training_chat_template(tokenizer)")
+    return full[len(prefix):]
+
+
+def training_chat_template(tokenizer) -> str | None:
+    """The chat template TRL renders prompts and tool results with during GRPO: trl 1.16
+    ``GRPOTrainer.__init__`` sets ``self.chat_template = get_training_chat_template(processing_class)``
+    (a prefix-preserving variant of a known template, ``None`` when the tokenizer's own already
+    is). Warm-up data, the SFT control and held-out prompts use it so that they are token for
+    token what the policy sees in training."""
+    from trl.chat_template_utils import get_training_chat_template
+
+    return get_training_chat_template(tokenizer)
+
+
+#: Spec fields added after a spec was published, with the value that means "as before": a spec
+#: at that value hashes as if the field were absent, so its cached builds stay valid.
+_HASH_NEUTRAL: dict[str, Any] = {"single_episodes": 0}
+
+
+def _spec_hash(spec: TinyModelSpec) -> str:
+    """The build-cache key of a spec: 16 hex digits of the SHA-256 of its sorted JSON, fields of
+    :data:`_HASH_NEUTRAL` at their neutral value left out."""
+    kept = {k: v for k, v in spec.items() if not (k in _HASH_NEUTRAL and v == _HASH_NEUTRAL[k])}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False,
+                     monitor: Callable[[int, Any, Any], None] | None = None) -> Path:
+    """Build (or reuse) the tiny model and tokenizer in ``out_dir``.
+
+    Args:
+        out_dir: destination; a build with the same spec found there is reused as is.
+        spec: build parameters (default :func:`default_spec`).
+        progress: print the warm-up loss now and then.
+        monitor: called as ``monitor(step, model, tokenizer)`` after every warm-up step (for
+            learning curves; it must leave the model in training mode).
+
+    Returns:
+        ``out_dir`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained``).
+    """
+    import torch
+    import trl
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    spec = spec or default_spec()
+    out_dir = Path(out_dir)
+    marker = out_dir / "tiny_model.json"
+    if marker.exists() and json.loads(marker.read_text()).get("hash") == _spec_hash(spec):
+        return out_dir
+
+    torch.manual_seed(spec["seed"])
+    conversations, singles = _warm_up_conversations(spec)
+    chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    tools = tool_callables()
+    # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
+    bootstrap = _train_tokenizer(SPECIAL_TOKENS, 300, chat_template)
+    phrase_tokens = bool(spec.get("phrase_tokens", False))
+    template = training_chat_template(bootstrap)
+    # (a few single-mode episodes too, when there are any, so that their prompt has tokens of its own)
+    corpus = [bootstrap.apply_chat_template(c, tools=tools, tokenize=False, chat_template=template)
+              for c in conversations[:200 if phrase_tokens else 60] + singles[:10]]
+    tokenizer = _train_tokenizer(corpus, spec["vocab_size"], chat_template, phrase_tokens=phrase_tokens)
+
+    # A phrase-token tokenizer needs an architecture whose AutoTokenizer mapping loads tokenizer.json
+    # as saved: transformers 5 rebuilds a qwen2 model's tokenizer as Qwen2Tokenizer, with Qwen's
+    # word-splitting pre-tokenizer, which these merges were not learned for. Llama (Qwen2 without
+    # the q/k/v biases) loads it as saved.
+    sizes = dict(
+        vocab_size=len(tokenizer), hidden_size=spec["hidden_size"], num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"], num_key_value_heads=spec["kv_heads"],
+        intermediate_size=spec["intermediate_size"], max_position_embeddings=spec["max_positions"],
+        bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(LlamaConfig(**sizes)) if phrase_tokens else Qwen2ForCausalLM(Qwen2Config(**sizes))
+    examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations + singles]
+    _warm_up(model, examples, tokenizer.pad_token_id, spec, progress,
+             None if monitor is None else lambda step: monitor(step, model, tokenizer))
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    marker.write_text(json.dumps({"hash": _spec_hash(spec), "spec": spec}, indent=2))
+    return out_dir
+
+
+def _warm_up_conversations(spec: TinyModelSpec) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+    """A spec's warm-up conversations: ``spec["debates"]`` debates, and ``spec["single_episodes"]``
+    (default 0) single-mode episodes on the problems that follow the debates' (same family or
+    rotation, scripted actions seeded with ``seed + 1``)."""
+    first_seed = (10_000 + spec["seed"] * 100_000 if "warmup_seed_base" not in spec
+                  else spec["warmup_seed_base"] + spec["seed"] * 10**6)
+
+    def play(n: int, seed: int, seed_base: int, mode: str) -> list[list[dict[str, Any]]]:
+        return synthetic_debates(n, seed, family=spec.get("family"), answer_accuracy=spec.get("answer_accuracy", 0.5),
+                                 wrong_answers=spec.get("wrong_answers"), seed_base=seed_base,
+                                 worked=spec.get("worked", False), restate=spec.get("restate", False), mode=mode)
+
+    debates = play(spec["debates"], spec["seed"], first_seed, "debate")
+    n_single = spec.get("single_episodes", 0)
+    singles = play(n_single, spec["seed"] + 1, first_seed + spec["debates"], "single") if n_single else []
+    return debates, singles
+
+
+def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, spec: TinyModelSpec,
+             progress: bool, on_step: Callable[[int], None] | None = None) -> None:
+    """Supervised warm-up on whole rollouts ``(tokens, mask)``: next-token loss on the model's
+    own tokens only. (Training on short windows of the context was tried: the model then fails
+    to call tools in full-length contexts.)"""
+    import torch
+
+    rng = random.Random(spec["seed"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["learning_rate"], weight_decay=0.0)
+    horizon = spec.get("sft_schedule_steps", spec["sft_steps"])  # the linear decay's length (>= sft_steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / horizon)
+    model.train()
+    for step in range(spec["sft_steps"]):
+        loss = _supervised_step(model, optimizer, rng.sample(examples, spec["batch_size"]), pad_id)
+        schedule.step()
+        if progress and step % 50 == 0:
+            print(f"tiny-model warm-up step {step}: loss {loss.item():.3f}", flush=True)
+        if on_step is not None:
+            on_step(step + 1)
+    model.train(False)  # inference mode (torch's eval mode)
+
+
+def _supervised_step(model, optimizer, batch: list[tuple[list[int], list[int]]], pad_id: int):
+    """One optimizer step of next-token loss on the masked tokens of ``batch`` (right-padded);
+    returns the loss."""
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, mask) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, : len(ids)] = torch.tensor([tok if m else -100 for tok, m in zip(ids, mask, strict=True)])
+    loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
+def supervised_steps(model, examples: list[tuple[list[int], list[int]]], pad_id: int, *, learning_rate: float,
+                     batch_size: int, seed: int = 0, seconds: float | None = None, steps: int | None = None) -> int:
+    """Supervised steps on rollouts ``(tokens, mask)`` as the warm-up takes them (loss on the
+    model's own tokens, AdamW, gradient clipping at 1), at a constant learning rate, until
+    ``steps`` steps or ``seconds`` of wall-clock (whichever comes first; at least one bound).
+
+    Returns:
+        The number of steps taken. The model is left in inference mode.
+    """
+    import time
+
+    import torch
+
+    if seconds is None and steps is None:
+        raise ValueError("supervised_steps needs a step count or a time budget")
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    model.train()
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    taken = 0
+    while (steps is None or taken < steps) and (deadline is None or time.perf_counter() < deadline):
+        _supervised_step(model, optimizer, rng.sample(examples, min(batch_size, len(examples))), pad_id)
+        taken += 1
+    model.train(False)  # inference mode (torch's eval mode)
+    return taken
+
+
+#: The rollout layout of TRL's tool loop, public for other supervised trainers (``trainer_client.experiments.sft``).
+rollout_tokens = _rollout_tokens
+
+
+def tiny_model_main(out_dir: str) -> int:
+    """``mathdebate tiny-model DIR``: build (or reuse) and say where it is."""
+    path = build_tiny_model(out_dir, progress=True)
+    print(f"tiny model and tokenizer written to {path} (load with --model {path}, or use --model tiny)")
+    return 0
+
+
+def tiny_model_path(name: str, parent: Path) -> Path:
+    """Build (or reuse) the offline tiny model ``name`` (a key of ``TINY_MODELS``) under ``parent``
+    (``parent/tiny-model`` for ``tiny``, ``parent/tiny-learning`` for ``tiny-learning``)."""
+    from trainer_client.config import TINY_MODELS
+
+    spec = globals()[TINY_MODELS[name]]()
+    return build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)

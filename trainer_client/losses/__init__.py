@@ -1,0 +1,3 @@
+"""The loss channels beside GRPO, behind one contract (``base.AuxiliaryLoss``): hint
+distillation (SDPO) and trace-replay DPO with its teachers and pair store; the loss
+functions themselves in ``functional``."""

@@ -1,0 +1,232 @@
+"""Hint distillation (SDPO): the policy at an error site, pulled toward itself shown the hint.
+
+For a turn with an error-site marker (RFC 0002), the teacher context is the policy's own
+context with the server's hint for the turn's ``hint_template_key`` inserted as a user message
+right before the erring turn; teacher logits come from the same model without gradient. The
+term is the generalized Jensen-Shannon divergence of Agarwal et al. 2024 (GKD, arXiv
+2306.13649, Eq. 1; TRL's ``GKDTrainer.generalized_jsd_loss``), on that turn's tokens only:
+
+    JSD_β(p_T ‖ p_S) = β · KL(p_T ‖ m) + (1 − β) · KL(p_S ‖ m),   m = β · p_T + (1 − β) · p_S
+
+averaged over the sites' tokens (:func:`~trainer_client.losses.functional.masked_jsd_loss`).
+No error site: no extra forward. The student side reuses the GRPO forward's hidden states,
+and the teacher continues from that forward's keys and values, so only the hint and the erring
+turn run again (:func:`~trainer_client.model.forward.response_hidden_after_prefix`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, cast
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from transformers import PreTrainedTokenizerBase, ProcessorMixin
+
+from env_server.protocol.markers import Role
+from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
+from trainer_client.losses.functional import masked_jsd_loss
+from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
+from trainer_client.trl_compat import CapturedForward
+
+__all__ = ["HintDistillation", "SDPOConfig"]
+
+
+class SDPOConfig(BaseModel):
+    """Hint distillation at error sites (generalized JSD to a hint-conditioned self).
+
+    Attributes:
+        alpha: weight of the channel in the total loss (0 disables it).
+        jsd_beta: mixture coefficient of the generalized JSD (0.5: symmetric).
+        temperature: softmax temperature of both distributions.
+        token_clip: cap on each token's divergence, nats (``None``: no cap).
+        max_sites_per_batch: most error sites distilled per micro-batch (the rest are skipped).
+        roles: roles whose erring turns are distilled.
+        backend: ``"gkd"`` (TRL's GKD ``generalized_jsd_loss`` on full logits; supports
+            ``token_clip``) or ``"liger"`` (liger-kernel's ``LigerFusedLinearJSDLoss`` on
+            hidden states, never materialising ``(N, V)`` logits; ``pip install
+            'mathdebate[liger]'``; no ``token_clip``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    alpha: float = Field(default=0.0, ge=0)
+    jsd_beta: float = Field(default=0.5, gt=0, lt=1)
+    temperature: float = Field(default=1.0, gt=0)
+    token_clip: float | None = Field(default=None, gt=0)
+    max_sites_per_batch: int = Field(default=16, ge=1)
+    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER, Role.VERIFIER])
+    backend: Literal["gkd", "liger"] = "gkd"
+
+    @model_validator(mode="after")
+    def _check(self) -> SDPOConfig:
+        if self.backend == "liger" and self.token_clip is not None:
+            raise ValueError("sdpo.token_clip needs backend 'gkd' (liger's fused JSD has no per-token clip)")
+        return self
+
+
+#: The batch column holding, per rollout, ``(start, end, hint_key)`` of each error site.
+SITES = "sdpo_sites"
+
+
+@register_auxiliary_loss("hint_distillation")
+class HintDistillation(AuxiliaryLoss):
+    """Hint distillation as an :class:`~trainer_client.losses.base.AuxiliaryLoss` (weight ``α``).
+
+    Args:
+        config: the channel's settings (``sdpo`` in the config).
+        hints: the server's hint templates, key -> text (``GET /hints``).
+
+    Raises:
+        ValueError: ``alpha > 0`` without hint templates.
+    """
+
+    metric = "loss/sdpo_jsd"
+
+    def __init__(self, config: SDPOConfig, hints: dict[str, str]) -> None:
+        super().__init__(config.alpha, config.roles)
+        if config.alpha > 0 and not hints:
+            raise ValueError("sdpo.alpha > 0 needs the hint templates (the env server's GET /hints)")
+        self.config = config
+        self.hints = hints
+        self._hint_ids: dict[str, list[int]] = {}
+
+    def bind(self, trainer: Any) -> None:
+        """Keep the trainer's processor, chat template and accelerator; tokenise the generation prompt."""
+        self.trainer = trainer
+        self._gen_prompt_ids = self._chat_delta([{"role": "user", "content": "x"}], [], generation_prompt=True)
+
+    # ------------------------------------------------------------------ the batch
+
+    def prepare(self, batch: ScoredBatch) -> torch.Tensor | None:
+        """Write each rollout's error sites (``(start, end, hint_key)`` of every segment that
+        produced an erring turn of one of :attr:`roles` with a known hint) into the batch."""
+        out = []
+        for record, segs in zip(batch.records, batch.segments, strict=True):
+            sites = []
+            for seg in segs or []:
+                if seg.owner is None or not seg.owner.produced or seg.owner.role not in self.roles:
+                    continue
+                turn = record.turns[seg.owner.t]
+                if turn.error_kind is not None and turn.hint_template_key in self.hints and seg.end > seg.start:
+                    sites.append((seg.start, seg.end, turn.hint_template_key))
+            out.append(sites)
+        batch.output[SITES] = out
+        return None
+
+    def wants_policy_forward(self, inputs: dict[str, Any]) -> bool:
+        return any(inputs.get(SITES, []))
+
+    # ------------------------------------------------------------------ hints in the chat template
+
+    def _chat_delta(self, base: list[dict[str, str]], added: list[dict[str, str]], generation_prompt: bool) -> list[int]:
+        """Token ids the chat template adds when ``added`` messages (and, optionally, the
+        generation prompt) follow ``base``."""
+        trainer = self.trainer
+        template_kwargs = trainer.chat_template_kwargs
+        assert isinstance(template_kwargs, dict), "TrainingArguments parses chat_template_kwargs into a dict"
+        kwargs = {"chat_template": trainer.chat_template, "tokenize": True, "return_dict": False, **template_kwargs}
+        processor = trainer.processing_class
+        assert isinstance(processor, (PreTrainedTokenizerBase, ProcessorMixin)), "a tokenizer or processor is needed"
+        prefix = cast("list[int]", processor.apply_chat_template(base, add_generation_prompt=False, **kwargs))
+        full = cast("list[int]", processor.apply_chat_template(base + added, add_generation_prompt=generation_prompt, **kwargs))
+        if list(full[: len(prefix)]) != list(prefix):
+            raise ValueError("the chat template is not prefix-preserving; hint insertion needs one that is")
+        return list(full[len(prefix):])
+
+    def with_hint(self, context: list[int], key: str) -> list[int]:
+        """``context`` (ending with the generation prompt of the erring turn) with the hint
+        inserted as a user message right before that turn."""
+        kept, inserted = self.hint_insertion(context, key)
+        return context[:kept] + inserted
+
+    def hint_insertion(self, context: list[int], key: str) -> tuple[int, list[int]]:
+        """How the hinted context is built from ``context``: ``(kept, inserted)`` for
+        ``context[:kept] + inserted``. With a prefix-preserving chat template the generation
+        prompt is dropped and the hint's user message plus a new generation prompt follow;
+        otherwise the hint is appended as plain text."""
+        if key not in self._hint_ids:
+            self._hint_ids[key] = self._chat_delta([{"role": "user", "content": "x"}],
+                                                   [{"role": "user", "content": self.hints[key]}], generation_prompt=True)
+        gen = self._gen_prompt_ids
+        if gen and context[-len(gen):] == gen:
+            return len(context) - len(gen), list(self._hint_ids[key])
+        hint_text = self.trainer.processing_class(f"Hint: {self.hints[key]}\n", add_special_tokens=False)["input_ids"]
+        return len(context), list(hint_text)
+
+    # ------------------------------------------------------------------ the loss
+
+    def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
+             context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
+        value = self.site_loss(model, inputs, context.policy_forward)
+        return value, {self.metric: 0.0 if value is None else value.item()}
+
+    def site_loss(self, model: torch.nn.Module, inputs: dict[str, Any],
+                  policy_forward: CapturedForward | None = None) -> torch.Tensor | None:
+        """Generalized JSD between the policy and its hint-conditioned self on erring turns.
+
+        Args:
+            model: the policy.
+            inputs: the micro-batch (``sdpo_sites`` lists ``(start, end, hint_key)`` per row).
+            policy_forward: the policy's GRPO forward over this micro-batch. Its ``(B, P + C, H)``
+                final hidden states are the student side; its cache, where it kept one, holds
+                the teacher's context before the hint, so the teacher runs only the hint and
+                the turn. ``None`` runs both sides in full (the same values up to float order).
+
+        Returns:
+            The mean per-token divergence over the sites' tokens, or ``None`` without sites.
+        """
+        sites = [(row, start, end, key) for row, row_sites in enumerate(inputs.get(SITES, []))
+                 for start, end, key in row_sites][: self.config.max_sites_per_batch]
+        if not sites:
+            return None
+        prompt_ids, prompt_mask, completion_ids = inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"]
+        prompt_width = prompt_ids.shape[1]
+        contexts, insertions, responses = [], [], []
+        for row, start, end, key in sites:
+            context = prompt_ids[row][prompt_mask[row].bool()].tolist() + completion_ids[row][:start].tolist()
+            contexts.append(context)
+            insertions.append(self.hint_insertion(context, key))
+            responses.append(completion_ids[row][start:end].tolist())
+        pad = self.trainer.processing_class.pad_token_id
+        device = completion_ids.device
+        hinted = [context[:kept] + inserted for context, (kept, inserted) in zip(contexts, insertions, strict=True)]
+        teacher = pack_responses(hinted, responses, pad, device)
+        unwrapped = self.trainer.accelerator.unwrap_model(model)
+        if policy_forward is not None:
+            student_hidden = _site_hidden(policy_forward.hidden, sites, prompt_width, teacher.response_length)
+        else:
+            student_hidden = response_hidden(unwrapped, pack_responses(contexts, responses, pad, device))
+        with torch.no_grad():
+            teacher_hidden = None
+            if policy_forward is not None and policy_forward.cache is not None:
+                # the kept context ends where the dropped generation prompt (if any) began
+                teacher_hidden = response_hidden_after_prefix(
+                    unwrapped, policy_forward, [row for row, *_ in sites],
+                    [prompt_width + start - (len(context) - kept)
+                     for (_, start, _, _), context, (kept, _) in zip(sites, contexts, insertions, strict=True)],
+                    [kept for kept, _ in insertions], [inserted for _, inserted in insertions], responses, pad)
+            if teacher_hidden is None:
+                teacher_hidden = response_hidden(unwrapped, teacher)
+        head = unwrapped.get_output_embeddings()
+        if self.config.backend == "liger":
+            from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
+
+            loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=self.config.jsd_beta,
+                                              temperature=self.config.temperature, compiled=False)
+            mask = teacher.mask
+            return loss_fn(student_hidden[mask], head.weight, teacher_hidden[mask], head.weight, teacher.labels[mask])
+        with torch.no_grad():
+            teacher_logits = head(teacher_hidden)
+        return masked_jsd_loss(head(student_hidden), teacher_logits, teacher.mask, beta=self.config.jsd_beta,
+                               temperature=self.config.temperature, token_clip=self.config.token_clip)
+
+
+def _site_hidden(hidden: torch.Tensor, sites: list[tuple], prompt_width: int, length: int) -> torch.Tensor:
+    """``(n, L, H)`` hidden states predicting each site's tokens, right-aligned like
+    :class:`~trainer_client.model.forward.ResponseBatch` (zeros before shorter sites)."""
+    out = hidden.new_zeros((len(sites), length, hidden.shape[-1]))
+    for i, (row, start, end, _) in enumerate(sites):
+        n = end - start
+        # completion token k sits at prompt_width + k and is predicted from the position before
+        out[i, length - n:] = hidden[row, prompt_width + start - 1: prompt_width + end - 1]
+    return out

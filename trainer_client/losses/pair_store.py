@@ -1,0 +1,127 @@
+"""DPO pairs from trace replay, and their append-only JSONL store.
+
+A pair lives on the policy's own tokens: ``context_ids`` are the rollout's prompt and
+completion token ids up to the assistant message that produced the replayed turn (exactly what
+the policy conditioned on), ``rejected_ids`` the tokens the policy generated for that message,
+``chosen_ids`` the teacher's response as the same role's tool call, rendered by the policy's chat
+template (:mod:`trainer_client.losses.replay_pairs`). The texts are kept for humans.
+
+Pairs written before pairs carried token ids (no ``context_ids``/``chosen_ids``/``rejected_ids``)
+still load: they stay in the file, are never sampled for training (their only context is the
+server's role chat, a context and a message format the policy never generated in, and the
+rollout's tokens cannot be recovered from them) and the store warns once about them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from env_server.protocol.markers import Role
+
+__all__ = ["DpoPair", "PairStore"]
+
+log = logging.getLogger(__name__)
+
+
+class DpoPair(BaseModel):
+    """One preference pair for a replayed step.
+
+    Attributes:
+        prompt_messages: the ``state(t)`` chat the student's role saw on the server (what the
+            teachers answered; for humans).
+        chosen: the text of a teacher in the agreeing majority (for humans).
+        rejected: the student's turn content as the server's transcript has it (for humans).
+        episode_id, t, role: where the pair comes from.
+        teacher: the name of the teacher whose response is ``chosen``.
+        created_step: the training step whose rollouts were replayed.
+        context_ids: the rollout's prompt + completion token ids before the assistant message
+            that produced turn ``t`` (ends with the template's generation prompt).
+        rejected_ids: the tokens the policy generated for that message, exactly as generated.
+        chosen_ids: the teacher's response as an assistant message calling the role's tool,
+            rendered by the policy's chat template as the delta after the generation prompt
+            (ending, like a generated message, with the end-of-turn token). Set by the trainer.
+        gold_supervised: an oracle teacher (reference solutions) is in the agreeing majority.
+        ref_chosen_logp, ref_rejected_logp: summed log-probs of ``chosen_ids`` and
+            ``rejected_ids`` given ``context_ids`` under the reference policy (the student's
+            initial policy), set by the trainer before the pair is stored.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    prompt_messages: list[dict[str, str]]
+    chosen: str
+    rejected: str
+    episode_id: str
+    t: int
+    role: Role
+    teacher: str
+    created_step: int
+    context_ids: list[int] | None = None
+    chosen_ids: list[int] | None = None
+    rejected_ids: list[int] | None = None
+    gold_supervised: bool = False
+    ref_chosen_logp: float | None = None
+    ref_rejected_logp: float | None = None
+
+    @property
+    def has_token_ids(self) -> bool:
+        """Whether the pair carries its context, chosen and rejected token ids (all non-empty)."""
+        return bool(self.context_ids) and bool(self.chosen_ids) and bool(self.rejected_ids)
+
+
+class PairStore:
+    """Pairs in a JSONL file (one pair per line), also kept in memory for sampling.
+
+    Args:
+        path: the file; existing pairs are loaded (a truncated last line, from a crash, is
+            skipped; pairs without token ids are kept but never sampled, with one warning).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._pairs: list[DpoPair] = []
+        self._lock = threading.Lock()
+        self._warned_untokenized = False
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    self._pairs.append(DpoPair.model_validate_json(line))
+                except (ValidationError, json.JSONDecodeError, ValueError):
+                    continue  # a partially written line
+            self._warn_untokenized(self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def _warn_untokenized(self, pairs: list[DpoPair]) -> None:
+        """One warning per store about pairs without token ids (an older format)."""
+        untokenized = sum(not p.has_token_ids for p in pairs)
+        if untokenized and not self._warned_untokenized:
+            self._warned_untokenized = True
+            log.warning("%d pair(s) in %s have no token ids (context_ids/chosen_ids/rejected_ids; written before pairs "
+                        "were built on the rollout's own tokens): kept in the file, never sampled for training",
+                        untokenized, self.path)
+
+    def add(self, pairs: Iterable[DpoPair]) -> None:
+        """Append pairs (to the file and the in-memory list)."""
+        pairs = list(pairs)
+        if not pairs:
+            return
+        with self._lock, self.path.open("a") as handle:
+            for pair in pairs:
+                handle.write(pair.model_dump_json() + "\n")
+            self._pairs.extend(pairs)
+            self._warn_untokenized(pairs)
+
+    def sample(self, n: int, rng: random.Random) -> list[DpoPair]:
+        """Up to ``n`` distinct trainable pairs (token ids and reference log-probs), uniformly at random."""
+        ready = [p for p in self._pairs
+                 if p.has_token_ids and p.ref_chosen_logp is not None and p.ref_rejected_logp is not None]
+        return rng.sample(ready, min(n, len(ready)))

@@ -1,0 +1,142 @@
+"""Trace-replay DPO pairs on the policy's own tokens and format (pure helpers).
+
+The policy generated each debate turn inside TRL's tool-calling conversation: the system and
+user prompt, its earlier assistant tool-call messages and the tool results, then one assistant
+message calling the role's tool. A pair for turn ``t`` therefore uses
+
+- context: the rollout's prompt + completion token ids before the assistant message that
+  produced turn ``t`` (:func:`rollout_pair_ids`; the exact ids the policy conditioned on, never
+  a re-rendering, which could tokenize differently from what was sampled);
+- rejected: that message's tokens, exactly as generated (:func:`rollout_pair_ids`);
+- chosen: the teacher's response as the same role's tool call (:func:`tool_call_message`:
+  ``submit_solution(solution)``, ``submit_verdict(verdict, critique)``,
+  ``submit_final_answer(answer)``), rendered by the policy's chat template the way TRL 1.16
+  renders an assistant tool-call message (``GRPOTrainer._get_tool_suffix_ids``: a
+  ``{"role": "assistant", "content": "", "tool_calls": [...]}`` message after a dummy user
+  message) and tokenized as the delta after the generation prompt, cut after the end-of-turn
+  token as a generated message ends (:func:`tool_call_response_ids`). TRL builds every
+  rollout from such per-message deltas and requires a prefix-preserving template, so the
+  delta is what would follow the rollout's context had the policy written that message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, cast
+
+from env_server.debate.answers import VERDICT_PATTERN, final_answer, parse_verdict
+from env_server.protocol.markers import Role
+from trainer_client.rollout.tools import TOOL_FOR_ROLE
+
+__all__ = ["cap_response", "rollout_pair_ids", "tool_call_message", "tool_call_response_ids", "verdict_and_critique"]
+
+#: the verdict marker as the server's parser reads it (``env_server.debate.answers.parse_verdict``)
+_VERDICT = re.compile(rf"(?:{VERDICT_PATTERN.pattern})[*_`\"']*", re.IGNORECASE)  # with its closing markup
+#: the base conversation TRL renders single messages after (``_get_tool_suffix_ids``)
+_DUMMY_BASE = ({"role": "user", "content": "dummy"},)
+
+
+def verdict_and_critique(text: str) -> tuple[str, str] | None:
+    """A verifier response split into ``submit_verdict``'s arguments: the verdict (the last
+    ``VERDICT:`` marker, read as the server reads it) and the critique (the rest of the text:
+    every verdict marker removed, lines left empty by that dropped). ``None`` without a verdict."""
+    verdict = parse_verdict(text)
+    if verdict is None:
+        return None
+    lines = []
+    for line in text.splitlines():
+        if _VERDICT.search(line):
+            line = _VERDICT.sub("", line).rstrip()
+            if not any(ch.isalnum() for ch in line):
+                continue
+        lines.append(line)
+    return verdict, "\n".join(lines).strip()
+
+
+def tool_call_message(role: Role, text: str) -> dict[str, Any] | None:
+    """A teacher's response as the assistant message the policy would write for ``role``: a call
+    of the role's tool with the response as its arguments.
+
+    Solver: ``submit_solution(solution=text)``. Verifier: ``submit_verdict(verdict, critique)``
+    (:func:`verdict_and_critique`). Judge: ``submit_final_answer(answer=<last boxed content>)``.
+
+    Returns:
+        The message (TRL's shape: ``content`` empty, one ``function`` tool call whose
+        ``arguments`` is a dict), or ``None`` when the text has no verdict (verifier) or no
+        ``\\boxed{}`` answer (judge).
+    """
+    arguments: dict[str, str]
+    if role is Role.SOLVER:
+        arguments = {"solution": text}
+    elif role is Role.VERIFIER:
+        parsed = verdict_and_critique(text)
+        if parsed is None:
+            return None
+        arguments = {"verdict": parsed[0], "critique": parsed[1]}
+    else:
+        answer = final_answer(text)
+        if answer is None:
+            return None
+        arguments = {"answer": answer}
+    call = {"type": "function", "function": {"name": TOOL_FOR_ROLE[role], "arguments": arguments}}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+def tool_call_response_ids(processor: Any, message: dict[str, Any], *, chat_template: str | None,
+                           eos_token_id: int | None, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Token ids of ``message`` as the policy would generate them after a generation prompt.
+
+    Args:
+        processor: the policy's tokenizer (``apply_chat_template``).
+        message: an assistant message (e.g. from :func:`tool_call_message`).
+        chat_template: the training template (the trainer's ``chat_template``), or ``None`` for
+            the tokenizer's own.
+        eos_token_id: the end-of-turn token: the delta is cut after its last occurrence, as
+            TRL cuts a rendered assistant message (what follows it belongs to the next message).
+        template_kwargs: the trainer's ``chat_template_kwargs``.
+
+    Raises:
+        ValueError: the template does not render the generation prompt as a prefix of the
+            message (not prefix-preserving; TRL's tool loop needs one that is), or renders
+            nothing for it.
+    """
+    kwargs = {"chat_template": chat_template, "tokenize": True, "return_dict": False, **(template_kwargs or {})}
+    base = [dict(m) for m in _DUMMY_BASE]
+    prefix = cast("list[int]", list(processor.apply_chat_template(base, add_generation_prompt=True, **kwargs)))
+    full = cast("list[int]", list(processor.apply_chat_template([*base, message], add_generation_prompt=False,
+                                                                **kwargs)))
+    if full[: len(prefix)] != prefix:
+        raise ValueError("the chat template does not render an assistant message after its generation prompt "
+                         "(not prefix-preserving): replay pairs cannot be put in the policy's format")
+    delta = full[len(prefix):]
+    if eos_token_id is not None and eos_token_id in delta:
+        delta = delta[: len(delta) - delta[::-1].index(eos_token_id)]
+    if not delta:
+        raise ValueError("the chat template renders nothing for the assistant message")
+    return delta
+
+
+def rollout_pair_ids(prompt_ids: Sequence[int], prompt_mask: Sequence[int], completion_ids: Sequence[int],
+                     start: int, end: int) -> tuple[list[int], list[int]]:
+    """The context and the policy's own tokens of one assistant message of a rollout.
+
+    Args:
+        prompt_ids, prompt_mask: the rollout's prompt row as TRL pads it (left padding, mask 0).
+        completion_ids: the rollout's completion row (the model's and the tools' tokens).
+        start, end: the message's token range in the completion (a :class:`~trainer_client.rollout.spans.Segment`).
+
+    Returns:
+        ``(context, response)``: the prompt's real tokens + ``completion_ids[:start]``, and
+        ``completion_ids[start:end]``.
+    """
+    prompt = [int(tok) for tok, keep in zip(prompt_ids, prompt_mask, strict=True) if keep]
+    return prompt + [int(tok) for tok in completion_ids[:start]], [int(tok) for tok in completion_ids[start:end]]
+
+
+def cap_response(ids: Sequence[int], max_length: int) -> list[int]:
+    """``ids`` cut to ``max_length`` tokens, keeping the last one (the end-of-turn token)."""
+    ids = list(ids)
+    if len(ids) <= max_length:
+        return ids
+    return [*ids[: max(0, max_length - 1)], ids[-1]] if max_length > 0 else []

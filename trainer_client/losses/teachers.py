@@ -1,0 +1,498 @@
+"""The teacher pool of trace-replay DPO (channel 3): who answers replayed steps, and when a
+disagreement becomes a preference pair.
+
+For a replayed step ``t`` every teacher answers the exact ``state(t)`` chat the student saw.
+If at least two teachers agree on an answer X (equivalence decided by the env's grader) and
+the student's answer Y differs, the step yields a DPO pair (chosen: a teacher response giving
+X; rejected: the student's response). If all teachers disagree, or the agreeing teachers agree
+with the student, nothing is emitted.
+
+Teacher calls run in background threads, after the rollouts, with per-call timeouts and
+retries, a per-step call budget and call/token/cost counters; ``collect()`` hands finished
+pairs to the trainer without blocking. Every (request, teacher) call is its own task on the
+pool's executor (``max_workers`` threads), so a request's teachers answer in parallel; the call
+that finishes last scores the request. No task waits on another, so no thread of the pool
+ever blocks waiting for a free one.
+
+A pair carries the student's token context and its own tokens from the request
+(:class:`ReplayRequest` ``context_ids``/``rejected_ids``, cut from the rollout by the trainer);
+the trainer adds the chosen side's token ids (:mod:`trainer_client.losses.replay_pairs`). Pairs whose
+agreeing majority includes an oracle teacher (reference solutions) are labelled
+``gold_supervised``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from env_server.debate.answers import final_answer, normalize_answer, parse_verdict
+from env_server.debate.problems import ProblemSource, UnknownProblemError
+from env_server.protocol.markers import Role
+from trainer_client.losses.pair_store import DpoPair
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = [
+    "AnswerEquivalence",
+    "HFTeacher",
+    "OpenAITeacher",
+    "OracleTeacher",
+    "ReplayRequest",
+    "Teacher",
+    "TeacherConfig",
+    "TeacherPool",
+    "TeacherReply",
+    "extract_answer",
+    "score_disagreement",
+]
+
+log = logging.getLogger(__name__)
+
+
+class TeacherConfig(BaseModel):
+    """One teacher (validated when the trainer config loads).
+
+    Attributes:
+        name: a label (used in pairs and counters).
+        kind: ``"openai"`` (any OpenAI-compatible chat-completions endpoint: vLLM's server,
+            hosted APIs), ``"hf"`` (a local Hugging Face model) or ``"oracle"`` (answers with
+            the reference solution; for tests and demos).
+        base_url: openai: the API base, e.g. ``http://teacher:8001/v1``.
+        model: openai: the served model name; hf: a model id or path.
+        api_key_env: openai: name of the environment variable holding the API key (the key
+            itself never goes in a config file).
+        temperature, max_tokens: sampling settings.
+        timeout_s: per call, seconds.
+        max_retries: retries on timeouts, 429 and 5xx (exponential backoff).
+        cost_per_1k_tokens: for the cost counter, in USD per 1,000 tokens (prompt + completion).
+        device: hf: ``"cpu"``, ``"cuda"``...
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    kind: Literal["openai", "hf", "oracle"]
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    temperature: float = Field(default=0.0, ge=0)
+    max_tokens: int = Field(default=1024, ge=1)
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    cost_per_1k_tokens: float = Field(default=0.0, ge=0)
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _check(self) -> TeacherConfig:
+        if self.kind == "openai" and not (self.base_url and self.model):
+            raise ValueError(f"teacher {self.name!r}: kind 'openai' needs base_url and model")
+        if self.kind == "hf" and not self.model:
+            raise ValueError(f"teacher {self.name!r}: kind 'hf' needs model (an id or a path)")
+        return self
+
+
+@dataclass(frozen=True)
+class TeacherReply:
+    """A teacher's answer and its token usage."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Teacher(ABC):
+    """Answers a chat. Implementations must be safe to call from several threads."""
+
+    def __init__(self, config: TeacherConfig) -> None:
+        self.config = config
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @abstractmethod
+    def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+        """Answer ``messages`` (the replayed ``state(t)`` chat). ``problem_id`` is only for
+        the oracle.
+
+        Raises:
+            TimeoutError, ConnectionError, RuntimeError: the call failed after its retries.
+        """
+
+
+class OpenAITeacher(Teacher):
+    """Any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint."""
+
+    def __init__(self, config: TeacherConfig) -> None:
+        super().__init__(config)
+        import httpx
+
+        assert config.base_url is not None, "TeacherConfig requires base_url for kind 'openai'"
+        headers = {}
+        if config.api_key_env:
+            key = os.environ.get(config.api_key_env)
+            if not key:
+                raise RuntimeError(f"teacher {config.name!r}: environment variable {config.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        self._http = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout_s)
+
+    def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+        import httpx
+
+        body = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
+                "max_tokens": self.config.max_tokens}
+        delay = 0.5
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                response = self._http.post("/chat/completions", json=body)
+            except httpx.TimeoutException as exc:
+                error: Exception = TimeoutError(f"teacher {self.name!r} timed out after {self.config.timeout_s}s")
+                error.__cause__ = exc
+            except httpx.TransportError as exc:
+                error = ConnectionError(f"teacher {self.name!r}: {exc}")
+            else:
+                if response.status_code == 200:
+                    data = response.json()
+                    usage = data.get("usage") or {}
+                    return TeacherReply(data["choices"][0]["message"].get("content") or "",
+                                        int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+                error = RuntimeError(f"teacher {self.name!r}: HTTP {response.status_code}: {response.text[:200]}")
+                if response.status_code != 429 and response.status_code < 500:
+                    raise error  # a client error does not get better by retrying
+            if attempt < self.config.max_retries:
+                time.sleep(delay)
+                delay *= 2
+        raise error
+
+
+class HFTeacher(Teacher):
+    """A local Hugging Face causal LM (loaded on first use)."""
+
+    def __init__(self, config: TeacherConfig) -> None:
+        super().__init__(config)
+        self._lock = threading.Lock()
+        # Any: transformers 5's own annotations reject generate() on the models it loads (its self-type protocol)
+        self._model: Any = None
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+
+    def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
+
+        with self._lock:  # one generation at a time on one model
+            if self._model is None:
+                assert self.config.model is not None, "TeacherConfig requires model for kind 'hf'"
+                self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)
+                model = AutoModelForCausalLM.from_pretrained(self.config.model)
+                # .train(False): inference mode, the same call torch's eval mode makes
+                self._model = model.to(self.config.device).train(False)  # type: ignore[arg-type]  # mypy sees PreTrainedModel.to (functools.wraps) as unbound
+            assert self._tokenizer is not None, "loaded together with the model"
+            encoded = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                          return_dict=True)
+            assert isinstance(encoded, BatchEncoding), "return_dict=True gives a BatchEncoding"
+            prompt = encoded.to(self.config.device)
+            with torch.no_grad():
+                out = self._model.generate(**prompt, max_new_tokens=self.config.max_tokens,
+                                           do_sample=self.config.temperature > 0,
+                                           temperature=self.config.temperature or None,
+                                           pad_token_id=self._tokenizer.pad_token_id)
+            new = out[0, prompt["input_ids"].shape[1]:]
+            text = self._tokenizer.decode(new, skip_special_tokens=True)
+            assert isinstance(text, str), "one sequence decodes to one string"
+            return TeacherReply(text, prompt["input_ids"].shape[1], len(new))
+
+
+class OracleTeacher(Teacher):
+    """Answers every step with the problem's reference solution (tests and demos). Its answer
+    is the reference answer on solver and judge steps; on verifier steps it carries no verdict,
+    so it abstains there."""
+
+    def __init__(self, config: TeacherConfig, problems: ProblemSource) -> None:
+        super().__init__(config)
+        self.problems = problems
+
+    def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+        try:
+            problem = self.problems.get(problem_id)
+        except UnknownProblemError as exc:
+            raise RuntimeError(f"oracle teacher: {exc}") from None
+        return TeacherReply(problem.solution)
+
+
+def build_teacher(config: TeacherConfig, problems: ProblemSource | None = None) -> Teacher:
+    """The teacher for a config.
+
+    Raises:
+        ValueError: an oracle without a problem source.
+    """
+    if config.kind == "openai":
+        return OpenAITeacher(config)
+    if config.kind == "hf":
+        return HFTeacher(config)
+    if problems is None:
+        raise ValueError("the oracle teacher needs the problem source")
+    return OracleTeacher(config, problems)
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """A student step to replay to the teachers.
+
+    Attributes:
+        episode_id, t, role: the step.
+        problem_id: the problem (for the oracle).
+        messages: the exact ``state(t)`` chat the student's role saw on the server (what the
+            teachers answer).
+        student_response: what the student said at step ``t`` (its action content).
+        student_answer: the answer extracted from it (``None`` if it gave none).
+        context_ids: the rollout's token ids before the assistant message that produced step
+            ``t`` (copied into the pair; empty when the caller has no rollout tokens).
+        rejected_ids: the tokens the policy generated for that message (copied into the pair).
+    """
+
+    episode_id: str
+    t: int
+    role: Role
+    problem_id: str
+    messages: list[dict[str, str]]
+    student_response: str
+    student_answer: str | None
+    context_ids: tuple[int, ...] = ()
+    rejected_ids: tuple[int, ...] = ()
+
+
+def extract_answer(role: Role, text: str) -> str | None:
+    """The comparable answer of a response, read as the server reads it: the final answer
+    (``answers.final_answer``: the last ``\\boxed{}``, or adjacent boxes merged) for solver and
+    judge steps, the verdict for verifier steps."""
+    return parse_verdict(text) if role is Role.VERIFIER else final_answer(text)
+
+
+def score_disagreement(student_answer: str | None, teacher_answers: Sequence[str | None],
+                       equivalent: Callable[[str, str], bool]) -> int | None:
+    """Which teacher response, if any, becomes the chosen side of a DPO pair.
+
+    Teacher answers are clustered by ``equivalent`` (``None`` agrees with nothing); the largest
+    cluster of at least two wins (ties: the first formed). No such cluster: ``None`` (all
+    disagree). The student agrees with it: ``None``.
+
+    Args:
+        student_answer: the student's answer (``None``: it gave none, which agrees with nothing).
+        teacher_answers: one answer per teacher.
+        equivalent: ``equivalent(a, b)``: whether ``b`` is the same answer as ``a`` (``a`` is
+            treated as the gold: the env's grader is asymmetric).
+
+    Returns:
+        The index of a teacher in the winning cluster (its first member), or ``None``.
+    """
+    clusters: list[tuple[str, list[int]]] = []  # (the answer of its first member, its members)
+    for i, answer in enumerate(teacher_answers):
+        if answer is None:
+            continue
+        for first_answer, members in clusters:
+            if equivalent(first_answer, answer):
+                members.append(i)
+                break
+        else:
+            clusters.append((answer, [i]))
+    best = max(clusters, key=lambda cluster: len(cluster[1]), default=None)
+    if best is None or len(best[1]) < 2:
+        return None
+    agreed, members = best
+    if student_answer is not None and equivalent(agreed, student_answer):
+        return None
+    return members[0]
+
+
+class AnswerEquivalence:
+    """The env's grader (math-verify in worker processes with a hard kill) as a blocking
+    ``equivalent(a, b)`` callable usable from any thread: the grader runs on a private event
+    loop in a daemon thread. Verdict strings compare by equality."""
+
+    def __init__(self, workers: int = 1, timeout_s: float = 30.0) -> None:
+        from env_server.grading.pool import Grader, GradingConfig
+
+        self.timeout_s = timeout_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="teacher-grader", daemon=True)
+        self._thread.start()
+        self._grader = Grader(GradingConfig(workers=workers))
+
+    def __call__(self, gold: str, answer: str) -> bool:
+        if gold in ("CORRECT", "INCORRECT") or answer in ("CORRECT", "INCORRECT"):
+            return gold == answer
+        if normalize_answer(gold) == normalize_answer(answer):
+            return True
+        future = asyncio.run_coroutine_threadsafe(self._grader.grade(gold, answer), self._loop)
+        return future.result(self.timeout_s).correct
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._grader.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+@dataclass
+class _Replay:
+    """A request in flight: one reply slot per teacher, and how many calls are still running."""
+
+    step: int
+    request: ReplayRequest
+    replies: list[TeacherReply | None]
+    remaining: int
+
+
+class TeacherPool:
+    """Teachers answering replayed steps in background threads.
+
+    Args:
+        teachers: the teachers (at least 2 for any pair to be possible).
+        equivalent: answer equivalence (default: :class:`AnswerEquivalence`).
+        budget_per_step: most teacher calls started per :meth:`submit_step`; requests beyond it
+            are dropped (counted).
+        max_workers: threads running teacher calls (all requests' calls share them; a
+            request's teachers run in parallel).
+    """
+
+    def __init__(self, teachers: Sequence[Teacher], equivalent: Callable[[str, str], bool] | None = None,
+                 budget_per_step: int = 16, max_workers: int = 4) -> None:
+        self.teachers = list(teachers)
+        self.budget_per_step = budget_per_step
+        self._owns_equivalence = equivalent is None
+        self.equivalent = equivalent or AnswerEquivalence()
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="teacher")
+        self._lock = threading.Lock()
+        self._done: list[DpoPair] = []
+        self._pending: set[Future[None]] = set()
+        self._counters: Counter[str] = Counter()
+        self._cost = 0.0
+
+    @classmethod
+    def from_configs(cls, configs: Sequence[TeacherConfig], problems: ProblemSource | None = None,
+                     **kwargs: Any) -> TeacherPool:
+        """A pool of teachers built from their configs (see :func:`build_teacher`)."""
+        return cls([build_teacher(c, problems) for c in configs], **kwargs)
+
+    def submit_step(self, step: int, requests: Sequence[ReplayRequest]) -> None:
+        """Queue replays of one training step's rollouts; returns at once. Each request costs
+        one call per teacher; requests that would exceed the step's budget are dropped. Each
+        call is its own task, so a request's teachers answer in parallel (up to ``max_workers``
+        calls at a time across all requests, queued request by request)."""
+        per_request = max(1, len(self.teachers))
+        allowed = self.budget_per_step // per_request
+        with self._lock:
+            self._counters["teachers/dropped"] += max(0, len(requests) - allowed)
+        for request in requests[:allowed]:
+            replay = _Replay(step, request, [None] * len(self.teachers), len(self.teachers))
+            if not self.teachers:  # nothing to ask: score at once (no pair)
+                self._track(self._executor.submit(self._score, replay))
+            for i in range(len(self.teachers)):
+                self._track(self._executor.submit(self._call, replay, i))
+
+    def _track(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("teacher replay failed: %s", future.exception())
+
+    def _ask(self, teacher: Teacher, request: ReplayRequest) -> TeacherReply | None:
+        try:
+            reply = teacher.respond(request.messages, request.problem_id)
+        except TimeoutError:
+            self._count("teachers/timeouts")
+            return None
+        except Exception as exc:  # a failing teacher must not stop the others
+            log.warning("teacher %s failed: %s", teacher.name, exc)
+            self._count("teachers/failures")
+            return None
+        tokens = reply.prompt_tokens + reply.completion_tokens
+        with self._lock:
+            self._counters["teachers/calls"] += 1
+            self._counters["teachers/tokens"] += tokens
+            self._cost += tokens / 1000 * teacher.config.cost_per_1k_tokens
+        return reply
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counters[name] += 1
+
+    def _call(self, replay: _Replay, i: int) -> None:
+        """One teacher's call for one request; the request's last call to finish scores it."""
+        reply = self._ask(self.teachers[i], replay.request)
+        with self._lock:
+            replay.replies[i] = reply
+            replay.remaining -= 1
+            last = replay.remaining == 0
+        if last:
+            self._score(replay)
+
+    def _score(self, replay: _Replay) -> None:
+        """Score a request whose teachers all answered (or failed): emit a pair on a disagreement."""
+        request, replies = replay.request, replay.replies
+        answers = [extract_answer(request.role, r.text) if r is not None else None for r in replies]
+        chosen = score_disagreement(request.student_answer, answers, self.equivalent)
+        self._count("teachers/replays")
+        if chosen is None:
+            return
+        reply = replies[chosen]
+        assert reply is not None, "a teacher without a reply has no answer, so it is never chosen"
+        agreed = answers[chosen]
+        assert agreed is not None, "the chosen teacher is in the agreeing cluster, so it has an answer"
+        # gold-supervised: an oracle (the reference solution) is in the agreeing majority
+        gold = any(self.teachers[i].config.kind == "oracle" and answer is not None
+                   and (i == chosen or self.equivalent(agreed, answer))
+                   for i, answer in enumerate(answers))
+        pair = DpoPair(prompt_messages=request.messages, chosen=reply.text,
+                       rejected=request.student_response, episode_id=request.episode_id, t=request.t,
+                       role=request.role, teacher=self.teachers[chosen].name, created_step=replay.step,
+                       context_ids=list(request.context_ids) or None, rejected_ids=list(request.rejected_ids) or None,
+                       gold_supervised=gold)
+        with self._lock:
+            self._done.append(pair)
+            self._counters["pairs/emitted"] += 1
+            self._counters["pairs/gold_supervised"] += gold
+
+    def collect(self) -> list[DpoPair]:
+        """Pairs finished since the last call (never blocks)."""
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def wait(self, timeout_s: float = 60.0) -> None:
+        """Block until queued replays finish (tests, shutdown)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending or time.monotonic() > deadline:
+                return
+            pending[0].exception(timeout=max(0.0, deadline - time.monotonic()))
+
+    def counters(self) -> dict[str, float]:
+        """Counters for logging: calls, tokens, cost (USD), failures, timeouts, drops, pairs
+        (``pairs/emitted``, of which ``pairs/gold_supervised``)."""
+        with self._lock:
+            return {**{k: float(v) for k, v in self._counters.items()}, "teachers/cost_usd": self._cost}
+
+    def close(self) -> None:
+        """Stop the threads (queued replays are cancelled) and the grader."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._owns_equivalence and isinstance(self.equivalent, AnswerEquivalence):
+            self.equivalent.close()

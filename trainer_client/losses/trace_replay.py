@@ -1,0 +1,334 @@
+"""Trace-replay DPO: the policy's own turns replayed to a pool of teachers, trained on the pairs.
+
+After each generation batch the student's turns are replayed to the teacher pool in background
+threads (the teachers answer the server's ``state(t)`` role chat, what an external model needs;
+a request's teachers are asked in parallel). The pair lives where the policy generated: its
+context is the rollout's own prompt + completion token ids before the assistant message that
+produced turn ``t``, its rejected side that message's tokens exactly as sampled, its chosen
+side the teacher's response as the same role's tool call (``submit_solution`` /
+``submit_verdict`` / ``submit_final_answer``) rendered by the training chat template as TRL
+renders an assistant tool-call message (:mod:`trainer_client.losses.replay_pairs`). Pairs get
+reference log-probs under the frozen initial policy (the student at step 0) and go to a JSONL
+store; later steps add DPO's sigmoid loss (Rafailov et al. 2023, arXiv 2305.18290, Eq. 7):
+
+    L = −log σ(β · [(log π(y_w|x) − log π_ref(y_w|x)) − (log π(y_l|x) − log π_ref(y_l|x))])
+
+averaged over a sample of stored pairs. Pairs an oracle teacher agreed on are marked
+gold-supervised.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import torch
+from accelerate.utils import is_peft_model
+from pydantic import BaseModel, ConfigDict, Field
+
+from env_server.protocol.markers import Role
+from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
+from trainer_client.losses.functional import dpo_sigmoid_loss, sequence_logps
+from trainer_client.losses.replay_pairs import cap_response, rollout_pair_ids, tool_call_message, tool_call_response_ids
+from trainer_client.losses.teachers import ReplayRequest, TeacherConfig
+from trainer_client.model.forward import checkpointing_active, pack_responses, response_logits, shared_context_logps
+from trainer_client.trl_compat import reference_adapter, restore_class_forward
+
+__all__ = ["ReplayConfig", "TraceReplayDPO", "replay_pair_logps"]
+
+log = logging.getLogger(__name__)
+
+
+class ReplayConfig(BaseModel):
+    """N-teacher trace-replay DPO.
+
+    Attributes:
+        beta: weight of the channel in the total loss (0 disables it).
+        dpo_beta: DPO's temperature.
+        teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing).
+        budget_per_step: most teacher calls started per training step.
+        pairs_per_step: pairs in the DPO term of one optimiser step, drawn once per step and
+            dealt over its gradient-accumulation micro-batches (the same DPO batch whatever the
+            accumulation); per process, like TRL's ``per_device_train_batch_size``, so a step of
+            N processes averages N × ``pairs_per_step`` pairs. Each pair costs about one context
+            plus two turns of forward and backward: about 0.17 of a plain GRPO step over 8
+            rollouts of 512 tokens (README, "Performance").
+        roles: roles whose turns are replayed to teachers.
+        max_workers: threads running teacher calls.
+        pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    beta: float = Field(default=0.0, ge=0)
+    dpo_beta: float = Field(default=0.1, gt=0)
+    teachers: list[TeacherConfig] = Field(default_factory=list)
+    budget_per_step: int = Field(default=16, ge=0)
+    pairs_per_step: int = Field(default=4, ge=1)
+    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER])
+    max_workers: int = Field(default=4, ge=1)
+    pairs_path: str | None = None
+
+
+@register_auxiliary_loss("trace_replay_dpo")
+class TraceReplayDPO(AuxiliaryLoss):
+    """Trace-replay DPO as an :class:`~trainer_client.losses.base.AuxiliaryLoss` (weight ``β``).
+
+    Args:
+        config: the channel's settings (``replay`` in the config).
+        teacher_pool: a :class:`~trainer_client.losses.teachers.TeacherPool`.
+        pair_store: a :class:`~trainer_client.losses.pair_store.PairStore`.
+
+    Raises:
+        ValueError: ``beta > 0`` without a teacher pool or a pair store.
+    """
+
+    metric = "loss/trace_replay_dpo"
+
+    def __init__(self, config: ReplayConfig, teacher_pool: Any, pair_store: Any) -> None:
+        super().__init__(config.beta, config.roles)
+        if config.beta > 0 and (teacher_pool is None or pair_store is None):
+            raise ValueError("replay.beta > 0 needs a teacher pool and a pair store")
+        self.config = config
+        self.teacher_pool = teacher_pool
+        self.pair_store = pair_store
+        #: the current optimiser step's DPO pairs: (global_step, shares per micro-batch, count, next share)
+        self._shares: tuple[int, list[list[Any]], int, int] | None = None
+
+    def bind(self, trainer: Any) -> None:
+        """Keep the trainer; seed this process's pair sampling; freeze the initial policy."""
+        self.trainer = trainer
+        # per process: under torchrun/accelerate each rank samples its own replay pairs (identical
+        # stores, e.g. after a restart, would otherwise give every rank the same DPO batch)
+        self.rng = random.Random(trainer.args.seed + trainer.accelerator.process_index)
+        self._initial_policy = self._frozen_initial_policy()
+
+    # ------------------------------------------------------------------ the batch: replays out, pairs in
+
+    def prepare(self, batch: ScoredBatch) -> torch.Tensor | None:
+        if batch.mode == "train":
+            self.submit_replays(batch)
+            self.store_new_pairs()
+        return None
+
+    def submit_replays(self, batch: ScoredBatch) -> None:
+        """Queue this batch's student turns for the teachers (wrong ones first); non-blocking.
+
+        Each request carries the rollout's exact token context before the assistant message
+        that produced the turn and that message's own tokens (``prompt_ids``, ``prompt_mask``,
+        ``completion_ids`` cut at the turn's segment): the pair is trained on the very tokens
+        the policy saw and generated, never on a re-rendering of them.
+        """
+        output = batch.output
+        prompt_ids, prompt_mask, completion_ids = output["prompt_ids"], output["prompt_mask"], output["completion_ids"]
+        requests = []
+        for k, (record, env, segs) in enumerate(zip(batch.records, batch.environments, batch.segments, strict=True)):
+            producing = {seg.owner.t: seg for seg in segs or []
+                         if seg.owner is not None and seg.owner.produced and seg.end > seg.start}
+            observation = env.trace.observation
+            transcript = observation.transcript if observation is not None else []
+            for turn in record.turns:
+                seg = producing.get(turn.t)
+                if turn.role not in self.roles or seg is None or turn.t >= len(transcript):
+                    continue
+                requests.append((turn.correct is True, k, record, env, turn, seg, transcript[turn.t].content))
+        requests.sort(key=lambda r: r[0])  # wrong answers first
+        chosen = []
+        for _, k, record, env, turn, seg, content in requests[: self.config.budget_per_step]:
+            context, rejected = rollout_pair_ids(prompt_ids[k].tolist(), prompt_mask[k].tolist(),
+                                                 completion_ids[k].tolist(), seg.start, seg.end)
+            messages = [message.model_dump() for message in env.trace.state_at(turn.t).messages]
+            chosen.append(ReplayRequest(episode_id=record.episode_id, t=turn.t, role=turn.role,
+                                        problem_id=record.problem_id, messages=messages,
+                                        student_response=content, student_answer=turn.answer,
+                                        context_ids=tuple(context), rejected_ids=tuple(rejected)))
+        if chosen:
+            self.teacher_pool.submit_step(batch.step, chosen)
+
+    def store_new_pairs(self) -> None:
+        """Give pairs finished since the last step their chosen side's token ids (the teacher's
+        response as the role's tool call, in the training chat template) and their reference
+        log-probs (under the frozen initial policy), and store them. Runs on the training
+        thread: the tokenizer is never used from the teacher threads."""
+        trainer = self.trainer
+        tokenizer = trainer.processing_class
+        template_kwargs = trainer.chat_template_kwargs
+        assert isinstance(template_kwargs, dict), "TrainingArguments parses chat_template_kwargs into a dict"
+        pairs = []
+        for pair in self.teacher_pool.collect():
+            message = tool_call_message(pair.role, pair.chosen)
+            if message is None or not (pair.context_ids and pair.rejected_ids):
+                log.warning("replay pair (episode %s, t=%d) dropped: %s", pair.episode_id, pair.t,
+                            "no rollout tokens" if message is not None else f"no {pair.role.value} answer in the teacher's text")
+                continue
+            pair.chosen_ids = tool_call_response_ids(tokenizer, message, chat_template=trainer.chat_template,
+                                                     eos_token_id=tokenizer.eos_token_id, template_kwargs=template_kwargs)
+            pairs.append(pair)
+        if not pairs:
+            return
+        with torch.no_grad(), self.reference_policy() as reference:
+            chosen, rejected = self.pair_logps(reference, pairs)
+        for pair, c, r in zip(pairs, chosen.tolist(), rejected.tolist(), strict=True):
+            pair.ref_chosen_logp, pair.ref_rejected_logp = c, r
+        self.pair_store.add(pairs)
+
+    def finish(self) -> None:
+        """Store the pairs the teachers finished since the last step (call after training)."""
+        self.store_new_pairs()
+
+    def batch_metrics(self) -> dict[str, float]:
+        metrics = {name: float(value) for name, value in self.teacher_pool.counters().items()}
+        metrics["pairs/stored"] = float(len(self.pair_store))
+        return metrics
+
+    # ------------------------------------------------------------------ the reference policy
+
+    def _frozen_initial_policy(self) -> torch.nn.Module | None:
+        """A frozen copy of the policy at step 0, when nothing else already holds one.
+
+        trl 1.16 ``GRPOTrainer`` keeps the initial policy as ``ref_model`` when ``beta != 0``
+        and ``sync_ref_model`` is off, and under PEFT the base model is the initial policy with
+        the adapters disabled; in those cases no copy is made. Otherwise (full fine-tuning with
+        ``beta == 0``, or a reference TRL re-synchronises) the copy costs one more set of
+        weights in memory, the price of the design's fixed reference.
+        """
+        trainer = self.trainer
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        if is_peft_model(unwrapped) or self._ref_model_is_initial():
+            return None
+        frozen = copy.deepcopy(unwrapped)
+        restore_class_forward(frozen)  # tests/e2e/test_train.py checks the copy against the step-0 weights
+        frozen.requires_grad_(False)
+        frozen.train(False)
+        return cast("torch.nn.Module", frozen)
+
+    def _ref_model_is_initial(self) -> bool:
+        """Whether TRL's ``ref_model`` exists and stays the initial policy (``GRPOConfig.sync_ref_model`` off)."""
+        return self.trainer.ref_model is not None and not getattr(self.trainer.args, "sync_ref_model", False)
+
+    @contextmanager
+    def reference_policy(self) -> Iterator[torch.nn.Module]:
+        """The reference policy: the student's initial policy (never the policy of the moment,
+        which would give every new pair a zero margin and a moving reference). Yields the frozen
+        copy, TRL's ``ref_model``, or the PEFT model with its adapters disabled."""
+        trainer = self.trainer
+        if self._initial_policy is not None:
+            yield self._initial_policy
+        elif trainer.ref_model is not None and self._ref_model_is_initial():
+            yield trainer.ref_model
+        else:
+            with reference_adapter(trainer.accelerator.unwrap_model(trainer.model)):
+                yield trainer.model
+
+    # ------------------------------------------------------------------ the loss
+
+    def pair_logps(self, model: torch.nn.Module, pairs: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed log-probs of chosen and rejected token ids given each pair's context under
+        ``model``: two ``(N,)`` tensors."""
+        trainer = self.trainer
+        assert trainer.max_completion_length is not None, "GRPOConfig always sets max_completion_length"
+        return replay_pair_logps(model, pairs, pad_token_id=trainer.processing_class.pad_token_id,
+                                 max_completion_length=trainer.max_completion_length, device=trainer.accelerator.device)
+
+    def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
+             context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
+        value, logged = self.share_loss(model, context.mode, context.accumulation, context.step)
+        return value, ({} if logged is None else {self.metric: logged})
+
+    def share_loss(self, model: torch.nn.Module, mode: str, accumulation: int,
+                   step: int | None = None) -> tuple[torch.Tensor | None, float | None]:
+        """This micro-batch's share of DPO's sigmoid loss on the step's sample of stored pairs.
+
+        ``pairs_per_step`` pairs are drawn once per optimiser step (only pairs with token ids
+        and reference log-probs) and dealt round-robin over the step's ``accumulation``
+        micro-batches, so the DPO batch of a step does not depend on how gradient accumulation
+        splits it (a memory setting, not an algorithm setting). Micro-batch ``j`` with pairs
+        ``P_j`` of the step's ``N`` returns ``accumulation · Σ_{p∈P_j} loss_p / N``; after the
+        caller's ``/ accumulation`` the step's gradient is that of the mean loss over its ``N``
+        pairs, as with one micro-batch. Outside training (or with one micro-batch) each call
+        draws its own pairs and returns their mean.
+
+        Returns:
+            ``(loss, logged)``: the scalar term (``None``: no pair for this micro-batch) and the
+            value logged as ``loss/trace_replay_dpo``: the mean loss over this micro-batch's
+            pairs; 0 on the first micro-batch of a step that drew none; ``None`` (nothing
+            logged, so the logged mean is not diluted) on a later micro-batch left without a share.
+        """
+        if mode != "train" or accumulation == 1:
+            loss = self.dpo_loss(model, self.pair_store.sample(self.config.pairs_per_step, self.rng))
+            return loss, (0.0 if loss is None else loss.item())
+        step = self.trainer.state.global_step if step is None else step
+        if self._shares is None or self._shares[0] != step:
+            drawn = self.pair_store.sample(self.config.pairs_per_step, self.rng)
+            self._shares = (step, [drawn[j::accumulation] for j in range(accumulation)], len(drawn), 0)
+        step, shares, drawn_count, index = self._shares
+        self._shares = (step, shares, drawn_count, index + 1)
+        share = shares[index] if index < len(shares) else []
+        if not share:
+            return None, (0.0 if index == 0 else None)
+        loss = self.dpo_loss(model, share)
+        assert loss is not None
+        return loss * (accumulation * len(share) / drawn_count), loss.item()
+
+    def dpo_loss(self, model: torch.nn.Module, pairs: list[Any]) -> torch.Tensor | None:
+        """DPO's sigmoid loss averaged over ``pairs`` (``None`` for no pair).
+
+        The pairs run through the unwrapped policy, never the DDP wrapper: a wrapped forward is a
+        collective (DDP broadcasts buffers from rank 0 on each one), and processes draw different
+        numbers of pairs, so wrapped forwards would leave the ranks waiting on each other. The
+        gradient still reaches DDP's all-reduce in the same backward (one summed gradient per
+        parameter), as for hint distillation's forwards; ``tests/e2e/test_multiprocess_training.py`` runs it."""
+        if not pairs:
+            return None
+        chosen, rejected = self.pair_logps(self.trainer.accelerator.unwrap_model(model), pairs)
+        ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
+        ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
+        return dpo_sigmoid_loss(chosen, rejected, ref_chosen, ref_rejected, self.config.dpo_beta)
+
+
+def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id: int | None,
+                      max_completion_length: int, device: torch.device | str,
+                      max_context_tokens: int = 4096, shared_context: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed log-probs of each pair's chosen and rejected token ids given its context ids.
+
+    Args:
+        model: the policy or the reference policy.
+        pairs: :class:`~trainer_client.losses.pair_store.DpoPair` items with token ids
+            (``context_ids``, ``chosen_ids``, ``rejected_ids``; the rollout's own tokens, see
+            :mod:`trainer_client.losses.replay_pairs`).
+        pad_token_id: the tokenizer's padding id.
+        max_completion_length: responses are cut to this many tokens (their last token kept).
+        device: where the batch goes.
+        max_context_tokens: contexts are cut from the left to this many tokens.
+        shared_context: run each context once for both sides
+            (:func:`~trainer_client.model.forward.shared_context_logps`); ``False``, or a model
+            under activation checkpointing, runs one ``context + response`` row per side (same
+            values and gradients, about 1.6x the tokens with a 384-token context and 128-token turns).
+
+    Returns:
+        ``(chosen, rejected)``, two ``(N,)`` float tensors (nats, summed over response tokens).
+
+    Raises:
+        ValueError: a pair without token ids (an older pair format: never sampled for training).
+    """
+    contexts, responses = [], []
+    for pair in pairs:
+        if not pair.has_token_ids:
+            raise ValueError(f"replay pair (episode {pair.episode_id}, t={pair.t}) has no token ids: pairs of the "
+                             "format without context_ids/chosen_ids/rejected_ids cannot be scored")
+        contexts.append(list(pair.context_ids)[-max_context_tokens:])
+        responses.append([cap_response(ids, max_completion_length) for ids in (pair.chosen_ids, pair.rejected_ids)])
+    pad = pad_token_id if pad_token_id is not None else 0
+    if shared_context and not checkpointing_active(model):
+        # chosen and rejected share the context: run it once (its KV cache serves both), which
+        # makes a pair cost one context + two turns instead of two contexts + two turns
+        logps = shared_context_logps(model, contexts, responses, pad, device)
+        return logps[:, 0], logps[:, 1]
+    # one ``context + response`` row per side (under activation checkpointing, which drops caches)
+    batch = pack_responses([c for c in contexts for _ in (0, 1)], [r for group in responses for r in group], pad, device)
+    flat = sequence_logps(response_logits(model, batch), batch.labels, batch.mask)
+    return flat[0::2], flat[1::2]

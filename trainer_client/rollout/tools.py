@@ -1,0 +1,73 @@
+"""The debate as tool calls: the training prompt's system message, each role's tool and its
+arguments, the role's instructions rendered from an observation, and the placeholder text of a
+forfeited turn. The layout every trained model answers in (TRL's tool loop)."""
+
+from __future__ import annotations
+
+from env_server.protocol.markers import Role
+from env_server.protocol.models import DebateObservation
+
+__all__ = ["DEBATE_OVER", "DEBATE_SYSTEM_PROMPT", "FORFEIT_ACTION", "TOOL_ARGUMENTS", "TOOL_FOR_ROLE", "action_content",
+           "render_instructions"]
+
+#: System message for the training prompt: the model plays every role through the tools.
+DEBATE_SYSTEM_PROMPT = (
+    "You take part in a math debate and play each role in turn: the solver, the verifier and the "
+    "judge. Act only by calling the tool for your current role; each tool's answer tells you what "
+    "to do next."
+)
+
+TOOL_FOR_ROLE: dict[Role, str] = {
+    Role.SOLVER: "submit_solution",
+    Role.VERIFIER: "submit_verdict",
+    Role.JUDGE: "submit_final_answer",
+}
+
+_TOOL_HINT: dict[Role, str] = {
+    Role.SOLVER: "Call submit_solution with your complete solution, ending with the final answer in \\boxed{...}.",
+    Role.VERIFIER: "Call submit_verdict with your verdict (CORRECT or INCORRECT) and your critique.",
+    Role.JUDGE: "Call submit_final_answer with the final answer.",
+}
+
+#: Placeholder actions used to forfeit the turns a rollout left unplayed.
+FORFEIT_ACTION = "(no response)"
+_FORFEIT = FORFEIT_ACTION
+
+DEBATE_OVER = "The debate is over. Thank you."
+
+
+def render_instructions(observation: DebateObservation) -> str:
+    """The acting role's task as text: its system instructions, the last message addressed to
+    it, and the tool to call. Used for the reset text and for every tool's return value."""
+    if observation.role is None:
+        return DEBATE_OVER
+    system = next((m.content for m in observation.messages if m.role == "system"), "")
+    last_user = next((m.content for m in reversed(observation.messages) if m.role == "user"), "")
+    return f"[{observation.role.value.upper()}] {system}\n\n{last_user}\n\n{_TOOL_HINT[observation.role]}"
+
+
+#: The tool of each role, with its argument names (the adapter's public methods).
+TOOL_ARGUMENTS: dict[str, tuple[Role, tuple[str, ...]]] = {
+    "submit_solution": (Role.SOLVER, ("solution",)),
+    "submit_verdict": (Role.VERIFIER, ("verdict", "critique")),
+    "submit_final_answer": (Role.JUDGE, ("answer",)),
+}
+
+
+def action_content(tool: str, arguments: dict[str, str]) -> str:
+    """The action text the adapter submits for a tool call: the solver's solution as is; the
+    verifier's ``critique`` then ``VERDICT: <verdict>``; the judge's answer wrapped in
+    ``\\boxed{}`` unless it has one.
+
+    Raises:
+        KeyError: an unknown tool or a missing argument.
+        AttributeError: an argument that is not a string.
+    """
+    if tool == "submit_solution":
+        return arguments["solution"]
+    if tool == "submit_verdict":
+        return f"{arguments['critique']}\n\nVERDICT: {arguments['verdict'].strip().upper()}"
+    if tool == "submit_final_answer":
+        answer = arguments["answer"]
+        return answer if "\\boxed" in answer else f"The final answer is $\\boxed{{{answer.strip()}}}$."
+    raise KeyError(tool)

@@ -1,0 +1,259 @@
+"""The one seam between this trainer and TRL's internals.
+
+Every private member of TRL's ``GRPOTrainer`` the trainer relies on, and every patch of TRL's
+behaviour, lives here, each with the TRL release it was read from. No other module touches a
+TRL private (``tests/trainer_client/test_trl_compat.py`` checks the source tree); when TRL
+moves, this is the file to read and change. The supported range is checked once, at import.
+
+What is used, all read from trl 1.16.0:
+
+- ``GRPOTrainer._generate`` (returns an 8-tuple) and
+  ``GRPOTrainer._generate_and_score_completions`` (returns the batch dict): overridden by
+  :class:`GRPOHooks`, which calls the public-named hooks :meth:`GRPOHooks.on_completions`
+  and :meth:`GRPOHooks.on_scored_batch` that the trainer implements.
+- ``GRPOTrainer._metrics`` (``{"train"|"eval": defaultdict(list)}``): written through
+  :meth:`GRPOHooks.log_metric`.
+- ``GRPOTrainer.environments``: the batch's ``environment_factory`` instances, filled by
+  ``_generate_and_score_completions`` before generating.
+- ``trl.trainer.utils`` replaces ``forward`` on the policy *instance* (fused LM-head
+  log-probs) with a closure over the original bound method: :func:`restore_class_forward`.
+- ``trl.trainer.utils.use_adapter``: the adapter switch TRL's own KL term uses
+  (:func:`reference_adapter`).
+- The GRPO forward calls the transformer body with ``use_cache=False`` and without
+  ``position_ids``: :func:`capture_body_forward` asks for the cache anyway.
+- ``output["tool_mask"]``: the column trl 1.16's loss multiplies into ``completion_mask``
+  (:func:`loss_mask_key`).
+- ``trl/chat_templates/*.jinja``: TRL's packaged chat templates (:func:`packaged_chat_template`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import torch
+import trl
+from trl.trainer.grpo_trainer import GRPOTrainer
+
+__all__ = ["SUPPORTED_TRL", "CapturedForward", "GRPOHooks", "capture_body_forward", "check_trl_version",
+           "loss_mask_key", "packaged_chat_template", "reference_adapter", "restore_class_forward", "transformer_body"]
+
+#: The TRL releases whose internals this module was read from (``==1.16.*``).
+SUPPORTED_TRL = ((1, 16), (1, 17))
+
+
+def check_trl_version(found: str | None = None) -> str:
+    """The installed TRL version, checked against :data:`SUPPORTED_TRL`.
+
+    Args:
+        found: a version string to check instead of the installed one (tests).
+
+    Raises:
+        ImportError: a TRL outside the supported range, with the range and the fix in one line.
+    """
+    found = found or version("trl")
+    parts = tuple(int(p) for p in found.split(".")[:2] if p.isdigit())
+    low, high = SUPPORTED_TRL
+    if not (low <= parts < high):
+        raise ImportError(f"trainer_client needs trl >={low[0]}.{low[1]},<{high[0]}.{high[1]} (its GRPOTrainer "
+                          f"internals are read from that release, see trainer_client/trl_compat.py); found trl {found}: "
+                          f"pip install 'trl=={low[0]}.{low[1]}.*'")
+    return found
+
+
+check_trl_version()
+
+#: trl 1.16 ``GRPOTrainer._generate`` returns (prompt_ids, completion_ids, tool_mask,
+#: completions, logprobs, extra_fields, images, tool_images).
+_GENERATE_TUPLE = 8
+_COMPLETIONS = 3
+
+
+class GRPOHooks(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` with its private steps turned into public-named hooks.
+
+    Subclasses implement :meth:`on_completions` (after TRL's tool loop, before scoring) and
+    :meth:`on_scored_batch` (after TRL scored the batch and before it shuffles it: the place
+    to rewrite ``advantages`` and the loss mask), and log through :meth:`log_metric`.
+    """
+
+    # ------------------------------------------------------------------ TRL privates, overridden
+
+    def _generate(self, prompts: list):  # trl 1.16: GRPOTrainer._generate
+        out = super()._generate(prompts)
+        if not isinstance(out, tuple) or len(out) != _GENERATE_TUPLE:
+            raise RuntimeError(f"GRPOTrainer._generate returned {type(out).__name__} of length "
+                               f"{len(out) if isinstance(out, tuple) else '?'}; this trainer needs trl 1.16's 8-tuple")
+        self.on_completions(out[_COMPLETIONS])
+        return out
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:  # trl 1.16
+        output = super()._generate_and_score_completions(inputs)
+        return self.on_scored_batch(inputs, output)
+
+    # ------------------------------------------------------------------ the hooks
+
+    def on_completions(self, completions: list[list[dict[str, Any]]]) -> None:
+        """Called with every rollout's completion messages (TRL's conversational format)."""
+
+    def on_scored_batch(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> dict[str, Any]:
+        """Called with TRL's scored batch (``prompt_ids``, ``completion_ids``, ``completion_mask``,
+        ``tool_mask``, ``advantages``, ...); returns the batch the loss will see."""
+        return output
+
+    # ------------------------------------------------------------------ TRL state, read and written here
+
+    @property
+    def mode(self) -> str:
+        """``"train"`` or ``"eval"``: the key of TRL's metric buffers for the current pass."""
+        assert self.model is not None, "GRPOTrainer always has a model"
+        return "train" if self.model.training else "eval"
+
+    def log_metric(self, name: str, value: float, mode: str | None = None) -> None:
+        """Append ``value`` to TRL's buffer ``name`` (averaged and logged by TRL at each logging
+        step; trl 1.16 ``GRPOTrainer._metrics[mode][name]``)."""
+        self._metrics[mode or self.mode][name].append(float(value))
+
+    def batch_environments(self) -> list[Any] | None:
+        """This batch's ``environment_factory`` instances, one per rollout (``None`` before the
+        first batch; trl 1.16 declares ``environments`` as ``None`` and fills it in
+        ``_generate_and_score_completions``)."""
+        return self.environments
+
+
+def loss_mask_key(output: dict[str, Any]) -> str:
+    """The key of the batch's per-token loss mask, filled with ones where TRL left none.
+
+    trl 1.16 multiplies ``completion_mask`` by ``output["tool_mask"]`` in its loss (``tool_mask``
+    is 0 on tool-result tokens); a trainer that masks more tokens out of the loss (judge turns,
+    tokens after the debate, tokens a channel routes elsewhere) multiplies its mask into that
+    column. Outside this seam the column is called the loss mask."""
+    if output.get("tool_mask") is None:
+        output["tool_mask"] = torch.ones_like(output["completion_mask"])
+    return "tool_mask"
+
+
+def restore_class_forward(model: torch.nn.Module) -> None:
+    """Give every submodule of ``model`` its class's ``forward`` back.
+
+    trl 1.16 replaces ``forward`` on the policy instance (``trl.trainer.utils``: fused LM-head
+    log-probs) by a closure over the original bound method, which ``copy.deepcopy`` does not
+    rebind: a deep copy of the policy would run the live policy. Call this on the copy."""
+    for module in model.modules():
+        module.__dict__.pop("forward", None)
+
+
+@contextmanager
+def reference_adapter(model: torch.nn.Module) -> Iterator[None]:
+    """The PEFT policy with its trained adapters off (its ``"ref"`` adapter on, where TRL made
+    one): the initial policy, as TRL's own KL term reads it (trl 1.16 ``trl.trainer.utils.use_adapter``)."""
+    from trl.trainer.utils import use_adapter
+
+    config = getattr(model, "peft_config", {})
+    with use_adapter(model, adapter_name="ref" if "ref" in config else None):
+        yield
+
+
+def packaged_chat_template(name: str) -> str:
+    """The text of TRL's packaged chat template ``name`` (trl 1.16 ships ``trl/chat_templates/*.jinja``).
+
+    Raises:
+        FileNotFoundError: TRL ships no such template.
+    """
+    return (Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja").read_text()
+
+
+# ---------------------------------------------------------------------- capturing the GRPO forward
+
+
+@dataclass
+class CapturedForward:
+    """What one forward of the transformer body over a batch leaves behind, for later passes
+    that continue from it (see :func:`capture_body_forward`).
+
+    Attributes:
+        hidden: ``(B, S, H)`` final hidden states (after the body's last norm), with their graph.
+        cache: the ``DynamicCache`` that forward filled (every layer's keys and values over all
+            ``S`` positions), or ``None`` where it kept none (``use_cache`` off, activation
+            checkpointing) or kept a kind that cannot be sliced (sliding-window layers).
+        attention_mask: ``(B, S)`` long, 1 on attended tokens.
+        position_ids: ``(B, S)`` long, the rotary positions the forward used.
+    """
+
+    hidden: torch.Tensor
+    cache: Any
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+
+
+def transformer_body(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder stack of a causal LM (``get_decoder()``, else ``.model``)."""
+    get_decoder = getattr(model, "get_decoder", None)
+    backbone = get_decoder() if get_decoder is not None else model.model
+    assert isinstance(backbone, torch.nn.Module), f"the decoder is a module, got {type(backbone).__name__}"
+    return backbone
+
+
+def _sliceable(cache: Any, length: int) -> bool:
+    """A ``DynamicCache`` of plain full-attention layers, each holding ``length`` positions."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    if not isinstance(cache, DynamicCache) or not cache.layers:
+        return False
+    layers: list[Any] = list(cache.layers)
+    return (all(type(layer) is DynamicLayer and layer.keys is not None and layer.keys.dim() == 4
+                    and layer.keys.shape[-2] == length for layer in layers))
+
+
+@contextmanager
+def capture_body_forward(model: torch.nn.Module, keep_cache: bool = True) -> Iterator[list[CapturedForward]]:
+    """Record every pass through ``model``'s transformer body while the block runs.
+
+    Yields a list that gets one :class:`CapturedForward` per pass. The policy's GRPO forward
+    (trl 1.16 ``_get_per_token_logps_and_entropies``: ``input_ids`` and ``attention_mask``, no
+    ``position_ids``, so positions are ``0..S-1`` on every row, padding included) is the pass
+    hint distillation reuses: its hidden states for the student side, its cache for the
+    teacher's shared prefix.
+
+    trl 1.16's fused-LM-head forward (``trl.trainer.utils``, ``fused_lm_head=True``) calls the
+    body with ``use_cache=False``; with ``keep_cache`` a forward pre-hook asks the body for a
+    cache anyway. That costs one copy of every layer's keys and values for the batch
+    (``2 * layers * B * kv_heads * S * head_dim`` elements) while the block runs; transformers
+    still drops it under activation checkpointing. The cache is kept only when it is sliceable
+    (see :class:`CapturedForward`).
+    """
+    captured: list[CapturedForward] = []
+
+    def want_cache(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        return args, {**kwargs, "use_cache": True}
+
+    def hook(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> None:
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        batch, length = hidden.shape[:2]
+        mask = kwargs.get("attention_mask")
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+            mask = torch.ones((batch, length), dtype=torch.long, device=hidden.device)
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            positions = torch.arange(length, device=hidden.device).expand(batch, length)
+        elif positions.dim() != 2 or positions.shape[0] != batch:
+            positions = positions.expand(batch, length)  # (1, S) positions shared by the rows
+        cache = getattr(output, "past_key_values", None) or getattr(output, "cache", None)
+        if input_ids is None or not _sliceable(cache, length):
+            cache = None
+        captured.append(CapturedForward(hidden, cache, mask, positions))
+
+    body = transformer_body(model)
+    handles = [body.register_forward_hook(hook, with_kwargs=True)]
+    if keep_cache:
+        handles.append(body.register_forward_pre_hook(want_cache, with_kwargs=True))
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
