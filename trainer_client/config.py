@@ -21,8 +21,7 @@ from env_server.protocol.models import AUTH_TOKEN_ENV
 from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.shaping import RewardShapingConfig
 from trainer_client.losses.base import auxiliary_loss_class
-from trainer_client.losses.hint_distillation import SDPOConfig
-from trainer_client.losses.trace_replay import ReplayConfig
+from trainer_client.losses.settings import ReplayConfig, SDPOConfig
 
 __all__ = [
     "PRESETS",

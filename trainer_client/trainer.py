@@ -41,8 +41,9 @@ from trainer_client.credit.role_samples import announce_strategy
 from trainer_client.credit.shaping import RewardShapingStrategy, get_strategy
 from trainer_client.credit.shaping.base import VERIFIER_ACCEPT_PROB
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch
-from trainer_client.losses.hint_distillation import HintDistillation, SDPOConfig
-from trainer_client.losses.trace_replay import ReplayConfig, TraceReplayDPO
+from trainer_client.losses.hint_distillation import HintDistillation
+from trainer_client.losses.settings import ReplayConfig, SDPOConfig
+from trainer_client.losses.trace_replay import TraceReplayDPO
 from trainer_client.model.verdict_probs import verdict_accept_probs
 from trainer_client.rollout.spans import Segment, completion_segments
 from trainer_client.trl_compat import GRPOHooks, capture_body_forward, loss_mask_key

@@ -16,7 +16,7 @@ import yaml
 from env_server.protocol.markers import ErrorKind, Role
 from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, TurnReward
 from trainer_client.credit.advantages import batch_advantages
-from trainer_client.credit.role_samples import build_role_items, shape_items, turn_values
+from trainer_client.credit.role_samples import build_role_samples, shape_samples, turn_values
 from trainer_client.credit.shaping import available_strategies, get_strategy
 from trainer_client.rollout.spans import Segment, SegmentOwner
 
@@ -41,15 +41,15 @@ BUILT_IN_STRATEGIES = ("identity", "potential_based", "difference_rewards", "com
 @pytest.mark.parametrize("strategy", BUILT_IN_STRATEGIES)
 def test_every_shaping_strategy_shapes_single_answer_batches(strategy) -> None:
     """Every built-in strategy runs on a batch of single-mode records without falling back: the
-    solver items only. Those that need a verifier's turn (COMA's verdict counterfactual) or a
+    solver samples only. Those that need a verifier's turn (COMA's verdict counterfactual) or a
     counterfactual without it (difference rewards, reward mixing: the solver's local reward is
     the episode reward) give the solver what ``identity`` gives it."""
     assert set(BUILT_IN_STRATEGIES) <= set(available_strategies())
     records = [single_record(f"e{k}", correct) for k, correct in enumerate([True, False, False, True])]
-    items = build_role_items(records, [0, 0, 1, 1])
-    assert items.roles == (Role.SOLVER,) * 4 and items.turn_roles == ((Role.SOLVER,),) * 4
-    shaped = get_strategy(strategy).shape(items.batch)
-    values = shape_items(get_strategy(strategy), items)
+    samples = build_role_samples(records, [0, 0, 1, 1])
+    assert samples.roles == (Role.SOLVER,) * 4 and samples.turn_roles == ((Role.SOLVER,),) * 4
+    shaped = get_strategy(strategy).shape(samples.batch)
+    values = shape_samples(get_strategy(strategy), samples)
     assert values.shape == (4,) and np.all(np.isfinite(values))
     if isinstance(shaped, dict):
         assert set(shaped) == {Role.SOLVER}
@@ -57,7 +57,7 @@ def test_every_shaping_strategy_shapes_single_answer_batches(strategy) -> None:
         np.testing.assert_allclose(values, [1.0, 0.0, 0.0, 1.0])
     if strategy == "coma_advantage":  # the group mean: GRPO's baseline, i.e. identity after normalisation
         np.testing.assert_allclose(values, [0.5, -0.5, -0.5, 0.5])
-    assert [v.tolist() for v in turn_values(items, values)] == [[v] for v in values.tolist()]
+    assert [v.tolist() for v in turn_values(samples, values)] == [[v] for v in values.tolist()]
 
 
 def test_batch_advantages_on_single_answer_rollouts() -> None:

@@ -283,7 +283,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
                 run_dir = out / "runs" / arm.name / f"seed{seed}"
                 config = load_config(args.config, arm.preset, run_overrides(
                     arm, seed, args, model_path=model_path, env_url=url, run_dir=run_dir, problems=problems,
-                    default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS))
+                    default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS,
+                    default_teachers=not base.replay.teachers))
                 steps_bar.reset(total=config.max_steps)
                 start = time.perf_counter()
                 run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
@@ -314,13 +315,17 @@ def run_ablation(args: argparse.Namespace) -> Path:
 
 
 def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: str | Path, env_url: str,
-                  run_dir: Path, problems: str | None, default_max_rounds: bool, tiny: bool) -> dict[str, Any]:
+                  run_dir: Path, problems: str | None, default_max_rounds: bool, tiny: bool,
+                  default_teachers: bool = True) -> dict[str, Any]:
     """The training-config overrides of one (arm, seed) run, applied over ``--config`` and the
     arm's preset: the model, server, output directory and seed; the arm's reward shaping,
     shuffled-reward flag and episode ``mode`` (a ``single`` arm trains on single-answer
     episodes, RFC 0006); ``max_rounds: 1`` where the config leaves the rounds to the server
-    (``default_max_rounds``); :data:`TINY_ABLATION_SETTINGS` for a tiny model; ``--max-steps``;
-    then the ``-o`` overrides (``args.overrides``), except that the arm's mode always wins.
+    (``default_max_rounds``); :data:`TINY_ABLATION_SETTINGS` for a tiny model, with the tiny
+    model's default teachers where the config names none (``default_teachers``: the run's
+    ``model`` is the built model's path, which ``TrainConfig`` does not recognise as a tiny
+    model, so its own default would not apply); ``--max-steps``; then the ``-o`` overrides
+    (``args.overrides``), except that the arm's mode always wins.
     """
     overrides: dict[str, Any] = {
         "model": str(model_path), "env_url": env_url, "output_dir": str(run_dir), "seed": seed,
@@ -330,6 +335,10 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
         overrides["max_rounds"] = 1
     if tiny:
         overrides.update(TINY_ABLATION_SETTINGS)
+        if default_teachers:
+            from trainer_client.config import TINY_MODEL_TEACHERS
+
+            overrides["replay.teachers"] = TINY_MODEL_TEACHERS
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     overrides.update(args.overrides)

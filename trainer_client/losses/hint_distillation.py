@@ -16,52 +16,18 @@ turn run again (:func:`~trainer_client.model.forward.response_hidden_after_prefi
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
-from env_server.protocol.markers import Role
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
 from trainer_client.losses.functional import masked_jsd_loss
+from trainer_client.losses.settings import SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
 from trainer_client.trl_compat import CapturedForward
 
 __all__ = ["HintDistillation", "SDPOConfig"]
-
-
-class SDPOConfig(BaseModel):
-    """Hint distillation at error sites (generalized JSD to a hint-conditioned self).
-
-    Attributes:
-        alpha: weight of the channel in the total loss (0 disables it).
-        jsd_beta: mixture coefficient of the generalized JSD (0.5: symmetric).
-        temperature: softmax temperature of both distributions.
-        token_clip: cap on each token's divergence, nats (``None``: no cap).
-        max_sites_per_batch: most error sites distilled per micro-batch (the rest are skipped).
-        roles: roles whose erring turns are distilled.
-        backend: ``"gkd"`` (TRL's GKD ``generalized_jsd_loss`` on full logits; supports
-            ``token_clip``) or ``"liger"`` (liger-kernel's ``LigerFusedLinearJSDLoss`` on
-            hidden states, never materialising ``(N, V)`` logits; ``pip install
-            'mathdebate[liger]'``; no ``token_clip``).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    alpha: float = Field(default=0.0, ge=0)
-    jsd_beta: float = Field(default=0.5, gt=0, lt=1)
-    temperature: float = Field(default=1.0, gt=0)
-    token_clip: float | None = Field(default=None, gt=0)
-    max_sites_per_batch: int = Field(default=16, ge=1)
-    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER, Role.VERIFIER])
-    backend: Literal["gkd", "liger"] = "gkd"
-
-    @model_validator(mode="after")
-    def _check(self) -> SDPOConfig:
-        if self.backend == "liger" and self.token_clip is not None:
-            raise ValueError("sdpo.token_clip needs backend 'gkd' (liger's fused JSD has no per-token clip)")
-        return self
 
 
 #: The batch column holding, per rollout, ``(start, end, hint_key)`` of each error site.

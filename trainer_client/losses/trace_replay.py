@@ -28,50 +28,18 @@ from typing import Any, cast
 
 import torch
 from accelerate.utils import is_peft_model
-from pydantic import BaseModel, ConfigDict, Field
 
-from env_server.protocol.markers import Role
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
 from trainer_client.losses.functional import dpo_sigmoid_loss, sequence_logps
 from trainer_client.losses.replay_pairs import cap_response, rollout_pair_ids, tool_call_message, tool_call_response_ids
-from trainer_client.losses.teachers import ReplayRequest, TeacherConfig
+from trainer_client.losses.settings import ReplayConfig
+from trainer_client.losses.teachers import ReplayRequest
 from trainer_client.model.forward import checkpointing_active, pack_responses, response_logits, shared_context_logps
 from trainer_client.trl_compat import reference_adapter, restore_class_forward
 
 __all__ = ["ReplayConfig", "TraceReplayDPO", "replay_pair_logps"]
 
 log = logging.getLogger(__name__)
-
-
-class ReplayConfig(BaseModel):
-    """N-teacher trace-replay DPO.
-
-    Attributes:
-        beta: weight of the channel in the total loss (0 disables it).
-        dpo_beta: DPO's temperature.
-        teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing).
-        budget_per_step: most teacher calls started per training step.
-        pairs_per_step: pairs in the DPO term of one optimiser step, drawn once per step and
-            dealt over its gradient-accumulation micro-batches (the same DPO batch whatever the
-            accumulation); per process, like TRL's ``per_device_train_batch_size``, so a step of
-            N processes averages N × ``pairs_per_step`` pairs. Each pair costs about one context
-            plus two turns of forward and backward: about 0.17 of a plain GRPO step over 8
-            rollouts of 512 tokens (README, "Performance").
-        roles: roles whose turns are replayed to teachers.
-        max_workers: threads running teacher calls.
-        pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    beta: float = Field(default=0.0, ge=0)
-    dpo_beta: float = Field(default=0.1, gt=0)
-    teachers: list[TeacherConfig] = Field(default_factory=list)
-    budget_per_step: int = Field(default=16, ge=0)
-    pairs_per_step: int = Field(default=4, ge=1)
-    roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER])
-    max_workers: int = Field(default=4, ge=1)
-    pairs_path: str | None = None
 
 
 @register_auxiliary_loss("trace_replay_dpo")

@@ -47,6 +47,16 @@ def test_a_single_arm_trains_in_single_mode(tmp_path):
     assert all(c.max_steps == 3 and c.learning_rate == 1e-4 and c.max_rounds == 1 for c in configs)
     assert configs[2].shuffle_rewards and not configs[0].shuffle_rewards
 
+    # the README's 4-arm command: the replay arms get the tiny model's teachers although the
+    # run's model is the built model's path (they used to stop at "needs at least 2 teachers")
+    for name in ("baseline", "sdpo", "replay", "full"):
+        [arm] = plan_arms([name], args.shaping, ["debate"], shuffled_control=False)
+        config = load_config(None, arm.preset, run_overrides(
+            arm, 0, args, model_path=tmp_path / "tiny-learning", env_url="http://127.0.0.1:1", run_dir=tmp_path / name,
+            problems="gen:single_digit_sum", default_max_rounds=True, tiny=True))
+        assert [t.name for t in config.replay.teachers] == ["oracle-a", "oracle-b"]
+        assert config.gold_supervised == (config.replay.beta > 0)
+
     args.overrides = {"mode": "debate"}
     with pytest.raises(ValueError, match="use --modes"):
         run_ablation(args)
