@@ -113,7 +113,10 @@ class AuxLossConfig(_Strict):
 
     @model_validator(mode="after")
     def _known(self) -> AuxLossConfig:
-        auxiliary_loss_class(self.name)  # fails at load with the registered names
+        try:  # fails at load, naming the registered losses
+            auxiliary_loss_class(self.name)
+        except (KeyError, ImportError, AttributeError, TypeError) as exc:
+            raise ValueError(str(exc).strip('"')) from None
         return self
 
 
