@@ -55,8 +55,9 @@ skip() {
 }
 
 # --- cleanup: every container and volume of the project, the wheel server, our dockerd ---------
-dockerd_pid=""; wheels_pid=""; made_data_dir=false
+dockerd_pid=""; wheels_pid=""; tiny_pid=""; made_data_dir=false
 cleanup() {
+    [ -n "$tiny_pid" ] && kill "$tiny_pid" 2>/dev/null
     if docker info >/dev/null 2>&1; then
         compose_all down -v --remove-orphans >/dev/null 2>&1 || true
     fi
@@ -132,9 +133,12 @@ compose build env > "$STATE/build-env.log" 2>&1 || { tail -30 "$STATE/build-env.
 timed_end "env-image"
 
 # The host's project venv, for `mathdebate play` (server dependencies only).
-if [ ! -x .venv/bin/mathdebate ]; then
-    note "creating .venv (scripts/setup_env.sh)"
-    bash scripts/setup_env.sh > "$STATE/setup_env.log" 2>&1 || { tail -20 "$STATE/setup_env.log"; fail "scripts/setup_env.sh failed"; }
+# The host's project venv: `mathdebate play`, and the tiny model's build for the trainer part.
+if ! .venv/bin/python -c "import env_server, trainer_client, trl" 2>/dev/null; then
+    note "installing .venv (scripts/setup_env.sh train)"
+    timed_start
+    bash scripts/setup_env.sh train > "$STATE/setup_env.log" 2>&1 || { tail -20 "$STATE/setup_env.log"; fail "scripts/setup_env.sh train failed"; }
+    timed_end "venv"
 fi
 play() {  # play URL EPISODES -> the JSON summary on stdout; fails on any failed episode
     local out
@@ -144,7 +148,7 @@ play() {  # play URL EPISODES -> the JSON summary on stdout; fails on any failed
 }
 jget() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2], {'d': d}))" "$1" "$2"; }
 stats() { curl -sf --max-time 5 "http://127.0.0.1:$1/stats"; }
-container() { compose ps -q "$1"; }
+container() { compose ps -a -q "$1"; }
 wait_healthy_restarted() {  # container, minimum restart count, timeout s
     local c=$1 want=$2 deadline=$(( $(date +%s) + $3 )) s
     while [ "$(date +%s)" -lt "$deadline" ]; do
@@ -232,6 +236,15 @@ else
     python3 -m http.server "$WHEELS_PORT" --bind 127.0.0.1 --directory "$STATE/wheels" > "$STATE/wheels.log" 2>&1 &
     wheels_pid=$!
     for _ in $(seq 20); do curl -sf "http://127.0.0.1:$WHEELS_PORT/" >/dev/null && break; sleep 0.25; done
+    # `model: tiny` builds the offline tiny model under the output folder's parent, with a
+    # warm-up of about 1.5 min on 2 cores, unless a build of the same spec is there. Build it
+    # (or reuse it) on the host with the project's code, where the test suite's is kept
+    # (MATHDEBATE_TEST_TINY_MODEL) or under .compose-test/, while the trainer image builds; it
+    # then goes into the outputs volume.
+    tiny="${MATHDEBATE_TEST_TINY_MODEL:-$ROOT/$STATE/tiny-model}"
+    .venv/bin/python -c "import sys; from trainer_client.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" "$tiny" \
+        > "$STATE/tiny-model.log" 2>&1 &
+    tiny_pid=$!
     timed_start
     compose build trainer > "$STATE/build-trainer.log" 2>&1 || { tail -30 "$STATE/build-trainer.log"; fail "building the trainer image failed"; }
     timed_end "trainer-image"
@@ -239,16 +252,11 @@ else
     if grep -qiE 'Downloading (torch-[0-9.]+-|nvidia-)' "$STATE/build-trainer.log"; then fail "the trainer build downloaded a CUDA torch"; fi
     torch_v=$(docker run --rm --network none mathdebate-trainer:compose-test python -c "import torch; print(torch.__version__)")
     [[ "$torch_v" == *+cpu ]] || fail "the trainer image has torch $torch_v, not the CPU build"
-    # `model: tiny` builds the offline tiny model under the output folder's parent, with a
-    # warm-up of about 1.5 min on 2 cores, unless a build of the same spec is there. Build it
-    # (or reuse it) on the host with the project's code, where the test suite's is kept
-    # (MATHDEBATE_TEST_TINY_MODEL) or under .compose-test/, and put it in the outputs volume.
     timed_start
-    tiny="${MATHDEBATE_TEST_TINY_MODEL:-$ROOT/$STATE/tiny-model}"
-    .venv/bin/python -c "import sys; from trainer_client.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" "$tiny" \
-        > "$STATE/tiny-model.log" 2>&1 || { tail -20 "$STATE/tiny-model.log"; fail "building the tiny model on the host failed (needs .venv with the train extra)"; }
+    wait "$tiny_pid" || { tiny_pid=""; tail -20 "$STATE/tiny-model.log"; fail "building the tiny model on the host failed"; }
+    tiny_pid=""
     compose run --rm --no-deps --user 0 --entrypoint sh -v "$tiny:/seed:ro" trainer \
-        -c 'rm -rf /outputs/tiny-model && cp -r /seed /outputs/tiny-model' > "$STATE/seed.log" 2>&1 \
+        -c 'rm -rf /outputs/tiny-model && cp -r /seed /outputs/tiny-model && chown -R 1000:1000 /outputs/tiny-model' > "$STATE/seed.log" 2>&1 \
         || { cat "$STATE/seed.log"; fail "could not put the tiny model in the outputs volume"; }
     timed_end "tiny-model"
     timed_start
