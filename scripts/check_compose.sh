@@ -236,13 +236,14 @@ else
     python3 -m http.server "$WHEELS_PORT" --bind 127.0.0.1 --directory "$STATE/wheels" > "$STATE/wheels.log" 2>&1 &
     wheels_pid=$!
     for _ in $(seq 20); do curl -sf "http://127.0.0.1:$WHEELS_PORT/" >/dev/null && break; sleep 0.25; done
-    # `model: tiny` builds the offline tiny model under the output folder's parent, with a
-    # warm-up of about 1.5 min on 2 cores, unless a build of the same spec is there. Build it
-    # (or reuse it) on the host with the project's code, where the test suite's is kept
-    # (MATHDEBATE_TEST_TINY_MODEL) or under .compose-test/, while the trainer image builds; it
-    # then goes into the outputs volume.
-    tiny="${MATHDEBATE_TEST_TINY_MODEL:-$ROOT/$STATE/tiny-model}"
-    .venv/bin/python -c "import sys; from trainer_client.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" "$tiny" \
+    # The trainer's model (deploy/compose-test/cpu_tiny.yaml: /outputs/tiny-model): the offline
+    # tiny model of `model: tiny` (trainer_client.tiny_model, default size and tokenizer) with 2
+    # warm-up steps instead of 300 (those take 1.5 min on 2 quiet cores, 6 min on busy ones; this
+    # checks the plumbing, not learning). Built on the host with the project's code while the
+    # trainer image builds (cached in .compose-test/), then put in the outputs volume.
+    tiny="$ROOT/$STATE/tiny-model"
+    .venv/bin/python -c "import sys; from trainer_client.tiny_model import TinyModelSpec, build_tiny_model, default_spec
+build_tiny_model(sys.argv[1], TinyModelSpec({**default_spec(), 'sft_steps': 2, 'sft_schedule_steps': 300}))" "$tiny" \
         > "$STATE/tiny-model.log" 2>&1 &
     tiny_pid=$!
     timed_start
