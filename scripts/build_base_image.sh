@@ -61,6 +61,7 @@ if have_image "$NGINX_IMAGE"; then
 else
     start=$(date +%s)
     # policy-rc.d: the package's postinst must not start nginx on the host network during the build.
+    # (the classic builder: Debian's docker.io has no buildx; its deprecation notice goes to stderr)
     docker build --network host -q -t "$NGINX_IMAGE" - >/dev/null <<EOF
 FROM $BASE_IMAGE
 RUN printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d \\

