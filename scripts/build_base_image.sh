@@ -32,13 +32,18 @@ if have_image "$BASE_IMAGE"; then
 else
     start=$(date +%s)
     root=$(mktemp -d /var/tmp/mathdebate-rootfs.XXXXXX)
-    trap 'rm -rf "$root"' EXIT
+    # An interrupted debootstrap can leave /proc, /sys or /dev mounted inside the folder: unmount
+    # them first, and never let rm cross into a mount.
+    remove_root() {
+        awk -v r="$root/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+        rm -rf --one-file-system "$root" "$root.log"
+    }
+    trap remove_root EXIT
     echo "debootstrap $SUITE (minbase + python3) into $root"
     mirror=$(host_mirror)
     # shellcheck disable=SC2086
     debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates "$SUITE" "$root" $mirror \
         > "$root.log" 2>&1 || { tail -20 "$root.log"; exit 1; }
-    rm -f "$root.log"
     # The host's CA bundle (and any local CAs, kept by a later update-ca-certificates) and pip settings.
     cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
     if compgen -G "/usr/local/share/ca-certificates/*" >/dev/null; then
@@ -51,7 +56,7 @@ else
              --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]')
     [ -n "${PIP_DEFAULT_TIMEOUT:-}" ] && changes+=(--change "ENV PIP_DEFAULT_TIMEOUT=$PIP_DEFAULT_TIMEOUT")
     tar -C "$root" -c . | docker import "${changes[@]}" - "$BASE_IMAGE" >/dev/null
-    rm -rf "$root"
+    remove_root
     trap - EXIT
     echo "built $BASE_IMAGE in $(( $(date +%s) - start ))s"
 fi

@@ -38,7 +38,8 @@ PROJECT=mathdebate-check
 COMPOSE_VERSION=2.40.3
 STATE=.compose-test                 # generated files (ignored by git and by the image builds)
 mkdir -p "$STATE"
-compose() { docker compose -p "$PROJECT" -f docker-compose.yml -f deploy/compose.test.yml "$@"; }
+COMPOSE=(docker compose -p "$PROJECT" -f docker-compose.yml -f deploy/compose.test.yml)
+compose() { "${COMPOSE[@]}" "$@"; }
 compose_all() { compose --profile replicas --profile lb "$@"; }
 
 timings=()
@@ -79,7 +80,7 @@ if [ ${#missing_pkgs[@]} -gt 0 ]; then
     command -v apt-get >/dev/null 2>&1 || skip missing "no apt-get to install ${missing_pkgs[*]}"
     timed_start
     note "installing ${missing_pkgs[*]} (apt-get)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_pkgs[@]}"; } \
+    { timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${missing_pkgs[@]}"; } \
         > "$STATE/apt.log" 2>&1 || { tail -20 "$STATE/apt.log"; fail "apt-get install ${missing_pkgs[*]} failed"; }
     timed_end "apt"
 fi
@@ -119,7 +120,7 @@ for port in sys.argv[1:]:
 
 # --- 2. images -----------------------------------------------------------------------------------
 timed_start
-bash scripts/build_base_image.sh > "$STATE/base-images.log" 2>&1 || { tail -20 "$STATE/base-images.log"; fail "building the stand-in base images failed"; }
+timeout 900 bash scripts/build_base_image.sh > "$STATE/base-images.log" 2>&1 || { tail -20 "$STATE/base-images.log"; fail "building the stand-in base images failed"; }
 grep '^built\|(cached)' "$STATE/base-images.log"
 timed_end "base-images"
 [ -d data ] || made_data_dir=true   # docker-compose.yml bind-mounts ./data; remove it again if we made it
@@ -130,7 +131,7 @@ sed -e "s/server env:8000/server 127.0.0.1:$ENV_PORT/; s/server env-b:8000/serve
 grep -q "127.0.0.1:$ENV_C_PORT" "$STATE/nginx.conf" && grep -q "listen 127.0.0.1:$LB_PORT" "$STATE/nginx.conf" \
     || fail "could not rewrite deploy/nginx.conf for the test ports"
 timed_start
-compose build env > "$STATE/build-env.log" 2>&1 || { tail -30 "$STATE/build-env.log"; fail "building the env image failed"; }
+timeout 600 "${COMPOSE[@]}" build env > "$STATE/build-env.log" 2>&1 || { tail -30 "$STATE/build-env.log"; fail "building the env image failed"; }
 timed_end "env-image"
 
 # The host's project venv, for `mathdebate play` (server dependencies only).
@@ -248,7 +249,7 @@ build_tiny_model(sys.argv[1], TinyModelSpec({**default_spec(), 'sft_steps': 2, '
         > "$STATE/tiny-model.log" 2>&1 &
     tiny_pid=$!
     timed_start
-    compose build trainer > "$STATE/build-trainer.log" 2>&1 || { tail -30 "$STATE/build-trainer.log"; fail "building the trainer image failed"; }
+    timeout 900 "${COMPOSE[@]}" build trainer > "$STATE/build-trainer.log" 2>&1 || { tail -30 "$STATE/build-trainer.log"; fail "building the trainer image failed"; }
     timed_end "trainer-image"
     kill "$wheels_pid" 2>/dev/null; wheels_pid=""
     if grep -qiE 'Downloading (torch-[0-9.]+-|nvidia-)' "$STATE/build-trainer.log"; then fail "the trainer build downloaded a CUDA torch"; fi
@@ -263,8 +264,7 @@ build_tiny_model(sys.argv[1], TinyModelSpec({**default_spec(), 'sft_steps': 2, '
     timed_end "tiny-model"
     timed_start
     TRAINER_CONFIG=cpu_tiny.yaml ENV_URLS="http://127.0.0.1:$ENV_PORT" \
-        timeout 600 docker compose -p "$PROJECT" -f docker-compose.yml -f deploy/compose.test.yml \
-        up --attach trainer --exit-code-from trainer trainer > "$STATE/trainer.log" 2>&1 \
+        timeout 600 "${COMPOSE[@]}" up --attach trainer --exit-code-from trainer trainer > "$STATE/trainer.log" 2>&1 \
         || { tail -40 "$STATE/trainer.log"; fail "the trainer service failed"; }
     timed_end "trainer-run"
     tcid=$(container trainer)
