@@ -244,8 +244,12 @@ else
     # checks the plumbing, not learning). Built on the host with the project's code while the
     # trainer image builds (cached in .compose-test/), then put in the outputs volume.
     tiny="$ROOT/$STATE/tiny-model"
-    .venv/bin/python -c "import sys; from trainer_client.tiny_model import TinyModelSpec, build_tiny_model, default_spec
-build_tiny_model(sys.argv[1], TinyModelSpec({**default_spec(), 'sft_steps': 2, 'sft_schedule_steps': 300}))" "$tiny" \
+    .venv/bin/python -c "import importlib, sys
+try:  # trainer_client.experiments.tiny_model since the layer packages; trainer_client.tiny_model before
+    tm = importlib.import_module('trainer_client.experiments.tiny_model')
+except ModuleNotFoundError:
+    tm = importlib.import_module('trainer_client.tiny_model')
+tm.build_tiny_model(sys.argv[1], tm.TinyModelSpec({**tm.default_spec(), 'sft_steps': 2, 'sft_schedule_steps': 300}))" "$tiny" \
         > "$STATE/tiny-model.log" 2>&1 &
     tiny_pid=$!
     timed_start
