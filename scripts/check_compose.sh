@@ -283,4 +283,6 @@ tm.build_tiny_model(sys.argv[1], tm.TinyModelSpec({**tm.default_spec(), 'sft_ste
     compose down -v > /dev/null 2>&1 || fail "compose down -v (trainer) failed"
 fi
 
+# Images a rebuild replaced (untagged; the build cache keeps their layers for the next build).
+docker image prune -f > /dev/null 2>&1
 summary "passed"
