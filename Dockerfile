@@ -1,17 +1,36 @@
 # mathdebate: the env server image (default) and, with --build-arg EXTRAS=train, the trainer.
-FROM python:3.11-slim
+#
+# BASE_IMAGE: any Debian-like Python 3.11+ image with `python` and `pip` on PATH (the default is
+# the official slim image; scripts/check_compose.sh passes a stand-in built from Debian packages).
+# TORCH_PIP_ARGS (trainer only): how pip installs torch before the rest. Empty (the default): torch
+# comes with the `train` extra from the package index, which on Linux x86_64 is the CUDA build GPU
+# users need. Otherwise these are pip arguments naming torch and where it comes from, e.g. a CPU
+# image from PyTorch's CPU wheel index: `--index-url <that index> torch`; the compose check uses
+# `--find-links <a local folder served over HTTP> torch==2.13.0+cpu`, so it never downloads a CUDA
+# build (the `train` extra's torch range then installs nothing more).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ARG EXTRAS=""
+ARG TORCH_PIP_ARGS=""
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1
 
 WORKDIR /app
+# The dependencies first, read from pyproject.toml (tomllib: Python 3.11+), in their own layer, so
+# that a change to the code rebuilds only the last, small layer.
 COPY pyproject.toml README.md ./
+RUN pip install --upgrade pip \
+ && if [ -n "$TORCH_PIP_ARGS" ]; then pip install $TORCH_PIP_ARGS; fi \
+ && python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+extras = [e for e in os.environ.get('EXTRAS', '').split(',') if e]; \
+print('\n'.join(p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]))" > /tmp/requirements.txt \
+ && pip install -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt
 COPY env_server ./env_server
 COPY trainer_client ./trainer_client
-RUN pip install --upgrade pip \
- && if [ -n "$EXTRAS" ]; then pip install ".[${EXTRAS}]"; else pip install .; fi
+RUN pip install --no-deps .
 
 # Non-root user; grading workers inherit it. /outputs and /cache are where docker-compose.yml
 # mounts named volumes: a fresh named volume takes this ownership, so the user can write there.
