@@ -21,6 +21,7 @@ from trainer_client.config import ReplayConfig, SDPOConfig
 from trainer_client.pairs import DpoPair, PairStore
 from trainer_client.teachers import Teacher, TeacherConfig, TeacherPool, TeacherReply
 from trainer_client.trainer import DebateGRPOTrainer
+from trainer_client.trl_compat import checkpointing_off
 
 HINTS = {"solver/wrong_answer": "Your final answer is not correct. Re-derive it step by step."}
 
@@ -38,7 +39,7 @@ def model_and_tokenizer(tiny_model_dir):
 
 def make_args(tmp_path) -> GRPOConfig:
     return GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=32, report_to=[], save_strategy="no", activation_checkpointing=False)
+                      max_completion_length=32, report_to=[], save_strategy="no", **checkpointing_off(GRPOConfig))
 
 
 def make_trainer(cls, model, tokenizer, tmp_path, **kwargs):

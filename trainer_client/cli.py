@@ -91,6 +91,7 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
     from trainer_client.reporting import MetricsFileCallback, QuietProgressCallback, plot_metrics
     from trainer_client.shaping import create_strategy_from_config
     from trainer_client.trainer import DebateGRPOTrainer
+    from trainer_client.trl_compat import checkpointing_off
 
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
         report_to=config.report_to,
         use_cpu=not cuda,
         bf16=cuda and torch.cuda.is_bf16_supported(),
-        activation_checkpointing=False,
+        **checkpointing_off(GRPOConfig),
         use_vllm=config.use_vllm,
         vllm_mode=config.vllm_mode,
         **({"vllm_server_base_url": config.vllm_server_base_url} if config.vllm_server_base_url else {}),
