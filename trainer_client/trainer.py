@@ -125,6 +125,10 @@ class DebateGRPOTrainer(GRPOTrainer):
         if advantage_estimator not in ("grpo", "gigpo"):
             raise ValueError(f"advantage_estimator must be 'grpo' or 'gigpo', got {advantage_estimator!r}")
         super().__init__(*args, **kwargs)
+        if self.use_vllm:  # TRL's colocate weight sync cannot reach vLLM's prepacked CPU weights
+            from trainer_client.trl_compat import sync_vllm_cpu_weights_by_layerwise_reload
+
+            sync_vllm_cpu_weights_by_layerwise_reload(self.vllm_generation)
         self.advantage_estimator = advantage_estimator
         self.gigpo = gigpo or GiGPOConfig()
         self.reward_runner = reward_runner

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The vLLM-on-CPU checks: builds (once) the cached vLLM CPU environment (scripts/setup_vllm_cpu.sh),
+# then runs tests/test_vllm_cpu.py and the trainer's end-to-end tests in it (on the transformers
+# that vllm 0.31 brings: the lowest the pins allow), and prints one summary line:
+#   vllm-cpu: N passed, N failed, N skipped (vllm X, transformers Y, torch Z; T s)
+# Arguments go to pytest. MATHDEBATE_TEST_TINY_MODEL (default: a cache directory beside the venv)
+# keeps the tiny model between runs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+if ! venv=$(bash scripts/setup_vllm_cpu.sh); then
+  echo "vllm-cpu: 0 passed, 1 failed (could not build the vLLM CPU environment)"
+  exit 1
+fi
+cache_dir=$(dirname "$venv")
+export MATHDEBATE_VLLM_CPU_CHECK=1
+export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny-model-vllm-cpu}"
+export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+log=$(mktemp)
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_vllm_cpu.py \
+  "tests/test_train_e2e.py::test_plain_grpo_trainer_trains_through_environment_factory" \
+  "tests/test_train_e2e.py::test_each_ablation_preset_trains_two_steps[full]" "$@" 2>&1 | tee "$log" | tail -n 40 >&2
+rc=${PIPESTATUS[0]}
+versions=$("$venv/bin/python" -c "import vllm, transformers, torch; print(f'vllm {vllm.__version__}, transformers {transformers.__version__}, torch {torch.__version__}')" 2>/dev/null)
+count() { local n; n=$(tail -n 3 "$log" | grep -Eo "[0-9]+ $1" | tail -1 | cut -d' ' -f1); echo "${n:-0}"; }
+passed=$(count passed)
+failed=$(( $(count failed) + $(count 'errors?') ))
+skipped=$(count skipped)
+rm -f "$log"
+[ "$rc" -ne 0 ] && [ "${failed:-0}" -eq 0 ] && failed=1
+echo "vllm-cpu: $passed passed, $failed failed, $skipped skipped ($versions; $(( $(date +%s) - start )) s)"
+exit "$rc"
