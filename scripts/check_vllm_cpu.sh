@@ -17,10 +17,11 @@ export MATHDEBATE_VLLM_CPU_CHECK=1
 export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny-model-vllm-cpu}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 log=$(mktemp)
-"$venv/bin/python" -m pytest -q -p no:cacheprovider -rs tests/test_vllm_cpu.py \
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -rsP --durations=5 tests/test_vllm_cpu.py \
   "tests/test_train_e2e.py::test_plain_grpo_trainer_trains_through_environment_factory" \
   "tests/test_train_e2e.py::test_each_ablation_preset_trains_two_steps[full]" "$@" 2>&1 | tee "$log" | tail -n 40 >&2
 rc=${PIPESTATUS[0]}
+grep -E '^(vLLM \(|vllm serve start)' "$log" >&2 || true  # the tests' measured figures
 versions=$("$venv/bin/python" -c "import vllm, transformers, torch; print(f'vllm {vllm.__version__}, transformers {transformers.__version__}, torch {torch.__version__}')" 2>/dev/null)
 count() { local n; n=$(tail -n 3 "$log" | grep -Eo "[0-9]+ $1" | tail -1 | cut -d' ' -f1); echo "${n:-0}"; }
 passed=$(count passed)

