@@ -215,6 +215,22 @@ def test_vllm_serve_drives_eval_in_the_tool_layout_like_hf(vllm_server, tiny_mod
     assert abs(tools["first_answer_accuracy"] - hf["first_answer_accuracy"]) <= 0.1
     assert abs(tools["accuracy"] - hf["accuracy"]) <= 0.1
 
+
+def test_server_mode_weight_sync_needs_cuda(monkeypatch) -> None:
+    """``vllm_mode: server`` cannot sync weights on CPU: TRL 1.16 joins the ``trl vllm-serve``
+    workers through vLLM's NCCL weight-transfer engine, and ``VLLMClient.init_communicator``
+    (called by ``VLLMGeneration`` with the trainer's device, ``cpu`` here) refuses any device
+    but CUDA. Pinned without a server (its two queries answered as a server with the NCCL engine
+    would): when TRL lifts this, the test fails and server mode can be tried on CPU."""
+    from trl.generation.vllm_client import VLLMClient
+
+    client = object.__new__(VLLMClient)
+    client.base_url, client.group_port = "http://127.0.0.1:9", 51216
+    monkeypatch.setattr(VLLMClient, "get_server_info", lambda self: {"weight_transfer_config": {"backend": "nccl"}})
+    monkeypatch.setattr(VLLMClient, "get_world_size", lambda self: 1)
+    with pytest.raises(NotImplementedError, match="NCCL weight-transfer engine, which needs a CUDA device"):
+        client.init_communicator(device=torch.device("cpu"))
+
 def test_check_script_is_what_runs_these(pytestconfig) -> None:
     """In CI the module must have been collected by the check script, not skipped."""
     if os.environ.get("CI") == "true":
