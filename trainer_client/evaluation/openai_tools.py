@@ -14,7 +14,8 @@ submitted, or the forfeit placeholder when it is blank. The next turn of the sam
 continues the conversation: the assistant's tool call, then a tool message holding the next
 role's instructions (TRL's tool-result layout); when another policy played the turn in between,
 the conversation restarts from the current observation. Draws after the first (best-of-N) reuse
-the first draw's context.
+the first draw's context. Verdict probabilities are not read in this layout (the verdict is a
+tool argument, not a ``VERDICT:`` line): best-of-N's verifier selection gets ``None`` there.
 
 For the served model to see the training layout token for token, serve it with the chat template
 :func:`training_chat_template_file` writes: TRL's training template (a prefix-preserving variant
