@@ -16,6 +16,13 @@ cache_dir=$(dirname "$venv")
 export MATHDEBATE_VLLM_CPU_CHECK=1
 export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny-model-vllm-cpu}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+# Build (or reuse) the tiny model here, outside pytest's per-test timeout: on 2 loaded cores the
+# build alone has taken over 5 minutes.
+if ! "$venv/bin/python" -c "import sys; from trainer_client.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" \
+    "$MATHDEBATE_TEST_TINY_MODEL" >&2; then
+  echo "vllm-cpu: 0 passed, 1 failed (could not build the tiny model)"
+  exit 1
+fi
 log=$(mktemp)
 "$venv/bin/python" -m pytest -q -p no:cacheprovider -rsP --durations=5 tests/test_vllm_cpu.py \
   "tests/test_train_e2e.py::test_plain_grpo_trainer_trains_through_environment_factory" \
