@@ -53,13 +53,14 @@ def make_trainers(model, tokenizer, workdir: Path, pairs_per_step: int = 4):
     from trainer_client.config import ReplayConfig, SDPOConfig
     from trainer_client.losses.pair_store import PairStore
     from trainer_client.trainer import DebateGRPOTrainer
+    from trainer_client.trl_compat import checkpointing_off
 
     def zero(completions, **kwargs):
         return [0.0] * len(completions)
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "x"}]}] * 8)
     args = GRPOConfig(output_dir=str(workdir), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=512, report_to=[], save_strategy="no", activation_checkpointing=False)
+                      max_completion_length=512, report_to=[], save_strategy="no", **checkpointing_off(GRPOConfig))
     plain = GRPOTrainer(model=model, reward_funcs=[zero], args=args, train_dataset=dataset, processing_class=tokenizer)
     store = PairStore(workdir / "pairs.jsonl")
     ours = DebateGRPOTrainer(model=model, reward_funcs=[zero], args=args, train_dataset=dataset, processing_class=tokenizer,

@@ -2,7 +2,7 @@
 
 Every private member of TRL's ``GRPOTrainer`` the trainer relies on, and every patch of TRL's
 behaviour, lives here, each with the TRL release it was read from. No other module touches a
-TRL private (``tests/trainer_client/test_trl_compat.py`` checks the source tree); when TRL
+TRL private (``tests/test_architecture.py`` checks the source tree); when TRL
 moves, this is the file to read and change. The supported range is checked once, at import.
 
 What is used, all read from trl 1.16.0:
@@ -24,10 +24,16 @@ What is used, all read from trl 1.16.0:
 - ``output["tool_mask"]``: the column trl 1.16's loss multiplies into ``completion_mask``
   (:func:`loss_mask_key`).
 - ``trl/chat_templates/*.jinja``: TRL's packaged chat templates (:func:`packaged_chat_template`).
+- ``VLLMGeneration.sync_weights`` and ``_iter_named_params`` (``trl/generation/vllm_generation.py``):
+  replaced on vLLM's CPU platform (:func:`sync_vllm_cpu_weights_by_layerwise_reload`).
+
+And the one version difference of transformers the trainer meets: the name of the activation
+checkpointing switch (:func:`checkpointing_off`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,8 +45,20 @@ import torch
 import trl
 from trl.trainer.grpo_trainer import GRPOTrainer
 
-__all__ = ["SUPPORTED_TRL", "CapturedForward", "GRPOHooks", "capture_body_forward", "check_trl_version",
-           "loss_mask_key", "packaged_chat_template", "reference_adapter", "restore_class_forward", "transformer_body"]
+__all__ = [
+    "SUPPORTED_TRL",
+    "CapturedForward",
+    "GRPOHooks",
+    "capture_body_forward",
+    "check_trl_version",
+    "checkpointing_off",
+    "loss_mask_key",
+    "packaged_chat_template",
+    "reference_adapter",
+    "restore_class_forward",
+    "sync_vllm_cpu_weights_by_layerwise_reload",
+    "transformer_body",
+]
 
 #: The TRL releases whose internals this module was read from (``==1.16.*``).
 SUPPORTED_TRL = ((1, 16), (1, 17))
@@ -78,8 +96,15 @@ class GRPOHooks(GRPOTrainer):
 
     Subclasses implement :meth:`on_completions` (after TRL's tool loop, before scoring) and
     :meth:`on_scored_batch` (after TRL scored the batch and before it shuffles it: the place
-    to rewrite ``advantages`` and the loss mask), and log through :meth:`log_metric`.
+    to rewrite ``advantages`` and the loss mask), and log through :meth:`log_metric`. With vLLM
+    colocated on vLLM's CPU platform, TRL's weight sync is replaced by vLLM's layer-wise reload
+    (:func:`sync_vllm_cpu_weights_by_layerwise_reload`).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.use_vllm:  # TRL's colocate weight sync cannot reach vLLM's prepacked CPU weights
+            sync_vllm_cpu_weights_by_layerwise_reload(self.vllm_generation)
 
     # ------------------------------------------------------------------ TRL privates, overridden
 
@@ -135,6 +160,59 @@ def loss_mask_key(output: dict[str, Any]) -> str:
     if output.get("tool_mask") is None:
         output["tool_mask"] = torch.ones_like(output["completion_mask"])
     return "tool_mask"
+
+
+def checkpointing_off(config_cls: type) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword that turns activation (gradient) checkpointing off.
+
+    TRL 1.16's ``_BaseConfig`` (``trl/trainer/base_config.py``) defaults ``gradient_checkpointing``
+    to True, so the trainer must say no explicitly. transformers 5.23.0 renamed the
+    ``TrainingArguments`` field to ``activation_checkpointing`` and keeps ``gradient_checkpointing``
+    as a deprecated alias (a FutureWarning when set, read from 5.23.0 and 5.24.0
+    ``training_args.py``); up to 5.22.2 (read from 5.2.0, 5.17.0 and 5.22.2) only
+    ``gradient_checkpointing`` exists, and the new name is a TypeError in ``__init__``.
+    """
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return {"activation_checkpointing": False} if "activation_checkpointing" in names else {"gradient_checkpointing": False}
+
+
+def sync_vllm_cpu_weights_by_layerwise_reload(vllm_generation: Any) -> bool:
+    """Make TRL's colocate weight sync work on vLLM's CPU platform; returns whether it patched.
+
+    TRL 1.16's ``VLLMGeneration.sync_weights`` (``trl/generation/vllm_generation.py``) pushes each
+    training parameter into the colocated engine with ``model.load_weights([(name, param)])``. On
+    the CPU platform (read from vllm-cpu 0.31.0), ``UnquantizedLinearMethod.
+    process_weights_after_loading`` (``model_executor/layers/linear.py``) calls
+    ``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``
+    (``model_executor/layers/utils.py``): each linear weight is prepacked into a oneDNN or sgl
+    kernel held by ``layer.cpu_linear`` and ``layer.weight`` is replaced by an empty Parameter
+    with no ``weight_loader``, so that call fails with ``AttributeError: 'Parameter' object has no
+    attribute 'weight_loader'``, and an in-place copy would not reach the packed copy anyway. No
+    setting turns the prepacking off (only the Zen path has an environment switch).
+
+    vLLM's supported way to load new weights into a processed model is its layer-wise reload
+    (``GPUModelRunner.reload_weights(weights_iterator=..., is_checkpoint_format=True)``, which
+    ``CPUModelRunner`` inherits; ``Worker.reload_weights`` wraps it in the engine's config): it puts
+    each layer back in checkpoint layout (``model_loader/reload/``), loads the weights through the
+    original loaders and re-runs ``process_weights_after_loading``, i.e. prepacks again. This
+    replaces ``sync_weights`` on ``vllm_generation`` (the instance only) by that call with TRL's own
+    parameter iterator (``_iter_named_params``: names already in vLLM's layout), then resets the
+    prefix cache as TRL does. Other modes and platforms keep TRL's method.
+    """
+    if getattr(vllm_generation, "mode", None) != "colocate":
+        return False
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return False
+
+    def sync_weights() -> None:
+        worker = vllm_generation.llm.llm_engine.model_executor.driver_worker
+        worker.reload_weights(weights_iterator=vllm_generation._iter_named_params(), is_checkpoint_format=True)
+        vllm_generation.llm.reset_prefix_cache()
+
+    vllm_generation.sync_weights = sync_weights
+    return True
 
 
 def restore_class_forward(model: torch.nn.Module) -> None:

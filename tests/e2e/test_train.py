@@ -23,6 +23,7 @@ from trainer_client.experiments.train import run_training
 from trainer_client.losses.pair_store import PairStore
 from trainer_client.rollout.environment import environment_factory
 from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
+from trainer_client.trl_compat import checkpointing_off
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_plain_grpo_trainer_trains_through_environment_factory(server_url, tiny_
         for i in range(8)])
     args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=4,
                       num_generations=4, max_completion_length=256, max_steps=2, logging_steps=1, report_to=[],
-                      save_strategy="no", activation_checkpointing=False, max_tool_calling_iterations=6, seed=1)
+                      save_strategy="no", **checkpointing_off(GRPOConfig), max_tool_calling_iterations=6, seed=1)
     trainer = GRPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                           environment_factory=environment_factory(server_url, max_rounds=1))
     trainer.train()

@@ -11,6 +11,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from datasets import Dataset
 from trl import GRPOConfig
 
+from trainer_client.trl_compat import checkpointing_off
+
 
 def zero_reward(completions, **kwargs):
     return [0.0] * len(completions)
@@ -18,7 +20,7 @@ def zero_reward(completions, **kwargs):
 
 def make_args(tmp_path) -> GRPOConfig:
     return GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
-                      max_completion_length=32, report_to=[], save_strategy="no", activation_checkpointing=False)
+                      max_completion_length=32, report_to=[], save_strategy="no", **checkpointing_off(GRPOConfig))
 
 
 def make_trainer(cls, model, tokenizer, tmp_path, **kwargs):

@@ -31,7 +31,8 @@ def add_eval_command(sub: Any) -> None:
     p = sub.add_parser("eval", help="evaluate a policy (scripted, local HF model, OpenAI-compatible endpoint) "
                                     "on a problem set; writes results.json and trajectories.jsonl")
     p.add_argument("--policy", default=None,
-                   help="every role's policy: scripted:reference | scripted:noisy[:P] | hf:PATH | openai:BASE_URL[#MODEL]")
+                   help="every role's policy: scripted:reference | scripted:noisy[:P] | hf:PATH | openai:BASE_URL[#MODEL] | "
+                        "openai-tools:BASE_URL[#MODEL] (tool-call layout, for a model trained by mathdebate train)")
     for role in Role:
         p.add_argument(f"--policy-{role.value}", default=None, help=f"the {role.value}'s policy (default: --policy)")
     p.add_argument("--model", default=None, help="model name for openai: policies whose spec has no #MODEL")

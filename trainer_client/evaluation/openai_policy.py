@@ -91,8 +91,15 @@ class OpenAIPolicy(Policy):
         ValueError: ``--api-key-env`` names a variable that is not set.
     """
 
-    def __init__(self, spec: str, base_url: str, model: str, options: PolicyOptions) -> None:
+    def __init__(self, spec: str, base_url: str, model: str, options: PolicyOptions, layout: str = "chat") -> None:
         super().__init__(spec)
+        # "tools": the tool-call layout a trained model plays in (openai-tools: specs, openai_tools.py)
+        self.tools = None
+        if layout == "tools":
+            from trainer_client.evaluation.openai_tools import TOOLS_KWARG, ToolConversations, tool_schemas
+
+            self.tools, self.tool_state = tool_schemas(), ToolConversations()
+            self.tool_kwargs = {"chat_template_kwargs": {TOOLS_KWARG: self.tools}}
         from openai import AsyncOpenAI
 
         key = "EMPTY"
@@ -106,9 +113,15 @@ class OpenAIPolicy(Policy):
         self.gate = asyncio.Semaphore(options.max_concurrency)
 
     async def act(self, request: TurnRequest) -> TurnReply:
-        messages = [m.model_dump() for m in request.observation.messages]
+        if self.tools is not None:
+            messages = self.tool_state.messages(request)
+            extra: dict[str, Any] = {"tools": self.tools, "tool_choice": "auto",
+                                     "extra_body": self.tool_kwargs}
+        else:
+            messages, extra = [m.model_dump() for m in request.observation.messages], {}
         wants_logprobs = request.want_accept_prob and request.role is Role.VERIFIER
-        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": 5} if wants_logprobs else {}
+        if wants_logprobs:
+            extra.update(logprobs=True, top_logprobs=5)
         self.counters["requests"] += 1
         async with self.gate:
             try:
@@ -120,6 +133,9 @@ class OpenAIPolicy(Policy):
                 return TurnReply(None, messages, error=f"{type(exc).__name__}: {exc}"[:500])
         choice = response.choices[0] if response.choices else None
         content = choice.message.content if choice is not None else None
+        generated = None
+        if self.tools is not None and choice is not None:
+            content, generated = self.tool_state.action(request, messages, choice.message)
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
@@ -132,8 +148,12 @@ class OpenAIPolicy(Policy):
         accept_prob = None
         if wants_logprobs and choice is not None and choice.logprobs is not None and choice.logprobs.content:
             accept_prob = accept_prob_from_logprobs(choice.logprobs.content)
-        return TurnReply(content, messages, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                         accept_prob=accept_prob)
+        return TurnReply(content, messages, generated=generated, prompt_tokens=prompt_tokens,
+                         completion_tokens=completion_tokens, accept_prob=accept_prob)
+
+    def episode_done(self, episode_key: str) -> None:
+        if self.tools is not None:
+            self.tool_state.episode_done(episode_key)
 
     def _seed(self, request: TurnRequest) -> int:
         """A request seed per (run seed, episode, turn, draw): the N samples of best-of-N and

@@ -14,7 +14,9 @@ turn). Specs:
   ``hf:tiny`` / ``hf:tiny-learning``, the offline tiny models):
   :class:`~trainer_client.evaluation.hf_policy.HFPolicy`;
 - ``openai:BASE_URL[#MODEL]`` (any ``/v1/chat/completions`` endpoint):
-  :class:`~trainer_client.evaluation.openai_policy.OpenAIPolicy`.
+  :class:`~trainer_client.evaluation.openai_policy.OpenAIPolicy`; ``openai-tools:BASE_URL[#MODEL]``
+  plays in the tool-call layout a model trained by ``mathdebate train`` expects
+  (:mod:`~trainer_client.evaluation.openai_tools`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The ``--policy`` specs of ``mathdebate eval``: ``scripted:reference``, ``scripted:noisy[:P]``,
-``hf:PATH`` and ``openai:BASE_URL[#MODEL]`` (see :mod:`trainer_client.evaluation.policies`),
+``hf:PATH``, ``openai:BASE_URL[#MODEL]`` and ``openai-tools:BASE_URL[#MODEL]`` (see :mod:`trainer_client.evaluation.policies`),
 and one policy per role."""
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ def parse_policy(spec: str, options: PolicyOptions) -> Policy:
         return ScriptedPolicy(spec, name, probability, options)
     if kind == "hf" and rest:
         return HFPolicy(spec, rest, options)
-    if kind == "openai" and rest:
+    if kind in ("openai", "openai-tools") and rest:
         base_url, _, model = rest.partition("#")
         model = model or options.model or ""
         if not model:
-            raise ValueError(f"{spec!r} names no model: write openai:URL#MODEL or pass --model NAME")
-        return OpenAIPolicy(spec, base_url, model, options)
-    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH or openai:URL[#MODEL]")
+            raise ValueError(f"{spec!r} names no model: write {kind}:URL#MODEL or pass --model NAME")
+        return OpenAIPolicy(spec, base_url, model, options, layout="tools" if kind == "openai-tools" else "chat")
+    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH, openai:URL[#MODEL] "
+                     "or openai-tools:URL[#MODEL]")
 
 
 def build_policies(default: str | None, per_role: dict[Role, str | None], options: PolicyOptions,

@@ -63,6 +63,7 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
     from trainer_client.rollout.environment import environment_factory
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
     from trainer_client.trainer import DebateGRPOTrainer
+    from trainer_client.trl_compat import checkpointing_off
 
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +89,7 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
         report_to=config.report_to,
         use_cpu=not cuda,
         bf16=cuda and torch.cuda.is_bf16_supported(),
-        activation_checkpointing=False,
+        **checkpointing_off(GRPOConfig),
         use_vllm=config.use_vllm,
         vllm_mode=config.vllm_mode,
         **({"vllm_server_base_url": config.vllm_server_base_url} if config.vllm_server_base_url else {}),
