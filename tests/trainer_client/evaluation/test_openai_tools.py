@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 from env_server.debate.episode import DebateEpisode
 from env_server.debate.problems import load_problem_source
-from env_server.protocol.models import DebateAction, DebateObservation, Role
+from env_server.protocol.markers import Role
+from env_server.protocol.models import DebateAction, DebateObservation
 from trainer_client.evaluation.openai_tools import ToolConversations, tool_schemas
 from trainer_client.evaluation.policies import TurnRequest
 from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT, render_instructions
