@@ -27,7 +27,7 @@ except Exception as exc:  # ImportError, or a registry torchvision built for ano
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the tiny model needs little
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import torch  # noqa: E402
+import torch  # noqa: E402  after the TRL warning switch above
 
 # Mean |log-prob difference| over one fixed completion between the colocated engine (after the
 # final sync) and the trained float32 model. TRL 1.16 builds the colocated LLM with vLLM's "auto"
