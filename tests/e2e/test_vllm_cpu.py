@@ -27,7 +27,7 @@ except Exception as exc:  # ImportError, or a registry torchvision built for ano
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the tiny model needs little
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import torch  # noqa: E402
+import torch  # noqa: E402  # after the environment defaults above, which vLLM reads at import
 
 # Mean |log-prob difference| over one fixed completion between the colocated engine (after the
 # final sync) and the trained float32 model. TRL 1.16 builds the colocated LLM with vLLM's "auto"
@@ -247,7 +247,7 @@ def test_vllm_serve_is_a_trace_replay_teacher_in_the_tool_layout(vllm_server) ->
             exchanges.append((teacher.name, body, data))
             return data
 
-        teacher._post = post_and_record  # type: ignore[method-assign]
+        teacher._post = post_and_record  # type: ignore[method-assign]  # record what each call sent and got back
         return teacher
 
     configs = [TeacherConfig(name=f"vllm-{i}", kind="openai", layout="tools", base_url=url, model="tiny",

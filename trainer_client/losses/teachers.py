@@ -19,6 +19,10 @@ A pair carries the student's token context and its own tokens from the request
 the trainer adds the chosen side's token ids (:mod:`trainer_client.losses.replay_pairs`). Pairs whose
 agreeing majority includes an oracle teacher (reference solutions) are labelled
 ``gold_supervised``.
+
+This module is longer than 500 lines: the teacher kinds (OpenAI-compatible in two layouts, local
+HF, oracle), the request type, the scoring and the pool are one unit that the trainer uses
+together, and splitting them would only scatter the one ``TeacherConfig`` they all read.
 """
 
 from __future__ import annotations
