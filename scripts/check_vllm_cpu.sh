@@ -31,7 +31,7 @@ log=$(mktemp)
   "tests/e2e/test_train.py::test_plain_grpo_trainer_trains_through_environment_factory" \
   "tests/e2e/test_train.py::test_each_ablation_preset_trains_two_steps[full]" "$@" 2>&1 | tee "$log" | tail -n 40 >&2
 rc=${PIPESTATUS[0]}
-grep -E '^(vLLM \(|vllm serve start)' "$log" >&2 || true  # the tests' measured figures
+grep -E '^(vLLM \(|vllm serve start|vllm teacher:)' "$log" >&2 || true  # the tests' measured figures
 versions=$("$venv/bin/python" -c "import vllm, transformers, torch; print(f'vllm {vllm.__version__}, transformers {transformers.__version__}, torch {torch.__version__}')" 2>/dev/null)
 count() { local n; n=$(tail -n 3 "$log" | grep -Eo "[0-9]+ $1" | tail -1 | cut -d' ' -f1); echo "${n:-0}"; }
 passed=$(count passed)

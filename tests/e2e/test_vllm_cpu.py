@@ -27,7 +27,7 @@ except Exception as exc:  # ImportError, or a registry torchvision built for ano
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the tiny model needs little
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import torch  # noqa: E402  after the TRL warning switch above
+import torch  # noqa: E402  # after the environment defaults above, which vLLM reads at import
 
 # Mean |log-prob difference| over one fixed completion between the colocated engine (after the
 # final sync) and the trained float32 model. TRL 1.16 builds the colocated LLM with vLLM's "auto"
@@ -215,6 +215,94 @@ def test_vllm_serve_drives_eval_in_the_tool_layout_like_hf(vllm_server, tiny_mod
     assert same >= 18, (same, ours, theirs)
     assert abs(tools["first_answer_accuracy"] - hf["first_answer_accuracy"]) <= 0.1
     assert abs(tools["accuracy"] - hf["accuracy"]) <= 0.1
+
+
+def test_vllm_serve_is_a_trace_replay_teacher_in_the_tool_layout(vllm_server) -> None:
+    """``vllm serve`` of the tiny checkpoint as two trace-replay teachers
+    (``TeacherConfig(kind="openai", layout="tools")``, the same endpoint, temperature 0): for a
+    real solver step (the server's episode, its role chat as the trainer replays it) whose
+    student answer differs from theirs, the teachers answer through the tools API (vLLM's hermes
+    parser returns ``tool_calls``, no ``<tool_call>`` text in ``content``), their answers are the
+    ``submit_solution`` calls' solutions, greedy makes them agree, and the pool emits a DPO pair
+    whose chosen side is that solution. Problems are tried in turn until one gives a pair (the
+    tiny model's answers are arithmetic at random, but its calls are well formed)."""
+    import time
+
+    from env_server.debate.episode import DebateEpisode
+    from env_server.debate.problems import load_problem_source
+    from env_server.protocol.markers import Role
+    from env_server.protocol.models import DebateObservation
+    from trainer_client.losses.replay_pairs import tool_call_message
+    from trainer_client.losses.teachers import OpenAITeacher, ReplayRequest, TeacherConfig, TeacherPool, extract_answer
+    from trainer_client.rollout.tool_calls import TOOLS_KWARG, tool_schemas
+
+    url, _ = vllm_server
+    exchanges: list[tuple[str, dict, dict]] = []  # (teacher, request body, response)
+
+    def recorded(teacher: OpenAITeacher) -> OpenAITeacher:
+        post = teacher._post
+
+        def post_and_record(body: dict) -> dict:
+            data = post(body)
+            exchanges.append((teacher.name, body, data))
+            return data
+
+        teacher._post = post_and_record  # type: ignore[method-assign]  # record what each call sent and got back
+        return teacher
+
+    configs = [TeacherConfig(name=f"vllm-{i}", kind="openai", layout="tools", base_url=url, model="tiny",
+                             temperature=0.0, max_tokens=256, timeout_s=120) for i in range(2)]
+    teachers = [recorded(OpenAITeacher(config)) for config in configs]
+    pool = TeacherPool(teachers, budget_per_step=2, max_workers=2)
+    source = load_problem_source("gen:single_digit_sum")
+    student = r"I add them: \boxed{-987654}"
+    started = time.monotonic()
+    pairs, tried = [], 0
+    try:
+        for seed in range(6):
+            tried += 1
+            episode = DebateEpisode(f"e{seed}", source.by_seed(seed), max_rounds=1, max_action_chars=4096)
+            observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
+            assert observation.role is Role.SOLVER
+            request = ReplayRequest(episode_id=f"e{seed}", t=observation.t, role=Role.SOLVER,
+                                    problem_id=episode.problem.problem_id,
+                                    messages=[m.model_dump() for m in observation.messages], student_response=student,
+                                    student_answer=extract_answer(Role.SOLVER, student),
+                                    context_ids=(1, 2, 3), rejected_ids=(4, 5))
+            pool.submit_step(seed, [request])
+            pool.wait(timeout_s=240)
+            pairs = pool.collect()
+            if pairs:
+                break
+        counters = pool.counters()
+    finally:
+        pool.close()
+    elapsed = time.monotonic() - started
+    calls = [data for _, _, data in exchanges]
+    parsed = sum(bool(data["choices"][0]["message"].get("tool_calls")) for data in calls)
+    print(f"vllm teacher: {len(pairs)} pair(s) after {tried} problem(s), {len(calls)} calls ({parsed} with a parsed "
+          f"tool call), {elapsed:.1f} s; chosen {pairs[0].chosen if pairs else None!r}")
+    assert counters.get("teachers/failures", 0) == counters.get("teachers/timeouts", 0) == 0
+    assert counters["teachers/calls"] == len(calls) == 2 * tried
+    # every request went through the tools API in the eval layout, with the full schemas
+    for _, body, _ in exchanges:
+        assert body["tools"] == tool_schemas() and body["chat_template_kwargs"] == {TOOLS_KWARG: tool_schemas()}
+        assert body["messages"][1]["content"].startswith("[SOLVER] ") and body["temperature"] == 0.0
+    (pair,) = pairs
+    # the pair's two teacher calls: vLLM parsed a submit_solution call out of each, and greedy agreed
+    mine = [(name, data["choices"][0]["message"]) for name, body, data in exchanges[-2:]]
+    for _, message in mine:
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == "submit_solution" and "<tool_call>" not in (message.get("content") or "")
+    solutions = {json.loads(message["tool_calls"][0]["function"]["arguments"])["solution"] for _, message in mine}
+    assert solutions == {pair.chosen}  # the chosen side is the teachers' (identical) solution
+    teacher_answer = extract_answer(Role.SOLVER, pair.chosen)
+    assert teacher_answer is not None and teacher_answer != "-987654"
+    assert (pair.rejected, pair.role, pair.t, pair.context_ids, pair.rejected_ids) == (student, Role.SOLVER, 0, [1, 2, 3],
+                                                                                      [4, 5])
+    assert pair.teacher in {"vllm-0", "vllm-1"} and not pair.gold_supervised
+    # the trainer can re-render it as the role's tool call (store_new_pairs)
+    assert tool_call_message(Role.SOLVER, pair.chosen) is not None
 
 
 def test_server_mode_weight_sync_needs_cuda(monkeypatch) -> None:

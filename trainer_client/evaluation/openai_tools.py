@@ -9,7 +9,7 @@ as chat messages for the endpoint's chat template: the system message
 (``tools=``, the JSON schemas transformers renders from the same callables). The model's reply
 comes back as ``tool_calls`` (vLLM: ``--enable-auto-tool-choice --tool-call-parser hermes``, the
 ``<tool_call>`` JSON the tiny model and Qwen emit); a valid call of the acting role's tool is the
-action (:func:`~trainer_client.experiments.heldout.role_tool_action`, as for ``hf:``), else the reply's text is
+action (:func:`~trainer_client.rollout.tool_calls.role_tool_action`, as for ``hf:``), else the reply's text is
 submitted, or the forfeit placeholder when it is blank. The next turn of the same episode
 continues the conversation: the assistant's tool call, then a tool message holding the next
 role's instructions (TRL's tool-result layout); when another policy played the turn in between,
@@ -40,22 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from env_server.protocol.markers import Role
+from trainer_client.rollout.tool_calls import TOOLS_KWARG, tool_schemas
 
 __all__ = ["TOOLS_KWARG", "ToolConversations", "tool_schemas", "training_chat_template_file"]
-
-#: The ``chat_template_kwargs`` key carrying the full tool schemas (see the module docstring).
-TOOLS_KWARG = "mathdebate_tools"
-
-
-def tool_schemas() -> list[dict[str, Any]]:
-    """The debate tools as OpenAI ``tools`` entries, in TRL's order
-    (:func:`~trainer_client.experiments.tiny_model.tool_callables`)."""
-    from transformers.utils.chat_template_utils import get_json_schema
-
-    from trainer_client.experiments.tiny_model import tool_callables
-
-    return [get_json_schema(tool) for tool in tool_callables()]
-
 
 def training_chat_template_file(model_dir: str | Path, out: str | Path) -> Path:
     """Write the chat template to serve ``model_dir`` with to ``out`` (``vllm serve
@@ -119,23 +106,12 @@ class ToolConversations:
     def action(self, request: Any, messages: list[dict[str, Any]], message: Any) -> tuple[str, str]:
         """``(action, generated)`` from the endpoint's reply ``message`` (its ``content`` and
         ``tool_calls``), and the episode's conversation moved past this turn."""
-        from trainer_client.experiments.heldout import role_tool_action
+        from trainer_client.rollout.tool_calls import generated_text, reply_tool_call, role_tool_action
         from trainer_client.rollout.tools import FORFEIT_ACTION
 
-        text = (getattr(message, "content", None) or "").strip()
-        calls = list(getattr(message, "tool_calls", None) or [])
-        generated = text
-        action = None
-        name, arguments = None, None
-        if calls:
-            name, raw = calls[0].function.name, calls[0].function.arguments
-            try:
-                arguments = json.loads(raw) if isinstance(raw, str) else raw
-            except json.JSONDecodeError:
-                arguments = raw
-            generated = (text + "\n" if text else "") + "<tool_call>\n" + json.dumps(
-                {"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
-            action = role_tool_action(generated, request.role)
+        text, name, arguments = reply_tool_call(message)
+        generated = generated_text(text, name, arguments)
+        action = role_tool_action(generated, request.role) if name is not None else None
         if action is None:
             action = text[:4096] or FORFEIT_ACTION
         if request.draw == 0:
@@ -143,8 +119,9 @@ class ToolConversations:
             # what the model said, as the assistant message the next turn continues from; a turn
             # without a (parsable) call ends the tool conversation as in training, so the next
             # turn restarts from its observation
-            if calls and isinstance(arguments, dict):
-                call = {"id": getattr(calls[0], "id", None) or f"call_{self.calls}", "type": "function",
+            if name is not None and isinstance(arguments, dict):
+                call_id = getattr((getattr(message, "tool_calls", None) or [None])[0], "id", None)
+                call = {"id": call_id or f"call_{self.calls}", "type": "function",
                         "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
                 self.conversations[request.episode_key] = _Conversation(
                     [*messages, {"role": "assistant", "content": text, "tool_calls": [call]}],

@@ -22,7 +22,6 @@ environment would still submit a tool-less reply as the solver's action; here it
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,8 @@ from typing import Any
 from env_server.debate.answers import final_answer
 from env_server.debate.problems import Problem, ProblemSource
 from env_server.grading.pool import Grader, GradingConfig
+from trainer_client.rollout.tool_calls import read_tool_call as _read_call
+from trainer_client.rollout.tool_calls import role_tool_action
 
 __all__ = [
     "HELDOUT_SEED_BASE",
@@ -54,7 +55,6 @@ __all__ = [
 #: Held-out problems use seeds from here up; warm-up and RL training seeds stay below it.
 HELDOUT_SEED_BASE = 10**9
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
 _END_OF_TURN = "<|im_end|>"
 
 
@@ -93,22 +93,6 @@ def read_solver_turn(text: str) -> SolverTurn:
         return SolverTurn(name, None, None)
     solution = arguments["solution"]
     return SolverTurn("submit_solution", solution, final_answer(solution))
-
-
-def _read_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
-    """``(tool name, arguments)`` of a generated turn's first tool call (text up to ``<|im_end|>``):
-    ``(None, None)`` if no call parses, ``(name, None)`` if its arguments are not an object."""
-    match = _TOOL_CALL.search(text.split(_END_OF_TURN, 1)[0])
-    if match is None:
-        return None, None
-    try:
-        call = json.loads(match.group(1))
-    except json.JSONDecodeError:
-        return None, None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return None, None
-    arguments = call.get("arguments")
-    return call["name"], arguments if isinstance(arguments, dict) else None
 
 
 _GRADER: Grader | None = None
@@ -158,23 +142,6 @@ def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | N
     episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096, mode=EpisodeMode(mode))
     observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
     return observation_prompt_ids(tokenizer, observation, tools)
-
-
-def role_tool_action(text: str, role: Any) -> str | None:
-    """The action a generated turn amounts to when it is a valid call of ``role``'s tool (its
-    first tool call names the role's tool with exactly that tool's string arguments, and the
-    action text is not blank): :func:`~trainer_client.rollout.environment.action_content` of the call, cut to
-    4,096 characters; else ``None`` (the caller falls back to the turn's text, as the training
-    adapter does)."""
-    from trainer_client.rollout.tools import TOOL_ARGUMENTS, TOOL_FOR_ROLE, action_content
-
-    name, arguments = _read_call(text)
-    tool_role, names = TOOL_ARGUMENTS.get(name or "", (None, ()))
-    if tool_role is None or tool_role is not role or arguments is None or set(arguments) != set(names) or not all(
-            isinstance(arguments[a], str) for a in names):
-        return None
-    content = action_content(TOOL_FOR_ROLE[tool_role], arguments)
-    return content[:4096] if content.strip() else None
 
 
 def own_text(text: str) -> str:

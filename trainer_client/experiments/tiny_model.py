@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer_client.rollout.tool_calls import tool_callables
+
 __all__ = [
     "LEARNING_WARMUP_SEED_BASE",
     "TinyModelSpec",
@@ -83,23 +85,6 @@ def learning_spec(seed: int = 0) -> TinyModelSpec:
                          answer_accuracy=1.0, wrong_answers=[0, 18], worked=True,
                          warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, phrase_tokens=True, vocab_size=2048,
                          sft_steps=300, sft_schedule_steps=600)
-
-
-def tool_callables() -> list[Any]:
-    """The adapter's tools as TRL passes them to ``apply_chat_template``: bound methods, in TRL's
-    order (trl 1.16 ``GRPOTrainer.__init__`` lists an environment's public methods with
-    ``inspect.getmembers(type(instance), inspect.isfunction)`` minus ``reset`` and ``get_reward``,
-    i.e. sorted by name:
-    ``submit_final_answer``, ``submit_solution``, ``submit_verdict``), without connecting to a
-    server. The order matters: it is the order of the schemas in the prompt, and a model warmed
-    up on another order sees an unfamiliar prompt in training."""
-    import inspect
-
-    from trainer_client.rollout.environment import DebateEnvironment
-
-    instance = object.__new__(DebateEnvironment)
-    return [getattr(instance, name) for name, _ in inspect.getmembers(DebateEnvironment, predicate=inspect.isfunction)
-            if not name.startswith("_") and name not in ("reset", "get_reward")]
 
 
 def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:

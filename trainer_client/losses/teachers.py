@@ -19,6 +19,10 @@ A pair carries the student's token context and its own tokens from the request
 the trainer adds the chosen side's token ids (:mod:`trainer_client.losses.replay_pairs`). Pairs whose
 agreeing majority includes an oracle teacher (reference solutions) are labelled
 ``gold_supervised``.
+
+This module is longer than 500 lines: the teacher kinds (OpenAI-compatible in two layouts, local
+HF, oracle), the request type, the scoring and the pool are one unit that the trainer uses
+together, and splitting them would only scatter the one ``TeacherConfig`` they all read.
 """
 
 from __future__ import annotations
@@ -70,6 +74,18 @@ class TeacherConfig(BaseModel):
         kind: ``"openai"`` (any OpenAI-compatible chat-completions endpoint: vLLM's server,
             hosted APIs), ``"hf"`` (a local Hugging Face model) or ``"oracle"`` (answers with
             the reference solution; for tests and demos).
+        layout: openai: how the step is asked. ``"chat"`` (default): the server's role chat as
+            plain messages, the reply's text is the answer (a general chat model). ``"tools"``:
+            the layout a model trained by ``mathdebate train`` answers in (a ``vllm serve`` of
+            such a checkpoint, served as for ``mathdebate eval --policy openai-tools:``: hermes
+            tool-call parser, the chat template of
+            ``evaluation.openai_tools.training_chat_template_file``): the debate system prompt
+            and the role's instructions (:func:`~trainer_client.rollout.tool_calls.turn_messages`),
+            the tools through the tools API (their full schemas also in ``chat_template_kwargs``,
+            a vLLM extension); the answer is the action of the reply's call of the role's tool
+            (``submit_solution``/``submit_verdict``/``submit_final_answer``,
+            :func:`~trainer_client.rollout.tool_calls.role_tool_action`). A reply without a
+            valid call of the role's tool abstains (no answer).
         base_url: openai: the API base, e.g. ``http://teacher:8001/v1``.
         model: openai: the served model name; hf: a model id or path.
         api_key_env: openai: name of the environment variable holding the API key (the key
@@ -84,6 +100,7 @@ class TeacherConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1)
     kind: Literal["openai", "hf", "oracle"]
+    layout: Literal["chat", "tools"] = "chat"
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = None
@@ -98,6 +115,8 @@ class TeacherConfig(BaseModel):
     def _check(self) -> TeacherConfig:
         if self.kind == "openai" and not (self.base_url and self.model):
             raise ValueError(f"teacher {self.name!r}: kind 'openai' needs base_url and model")
+        if self.layout == "tools" and self.kind != "openai":
+            raise ValueError(f"teacher {self.name!r}: layout 'tools' is for kind 'openai'")
         if self.kind == "hf" and not self.model:
             raise ValueError(f"teacher {self.name!r}: kind 'hf' needs model (an id or a path)")
         return self
@@ -105,11 +124,19 @@ class TeacherConfig(BaseModel):
 
 @dataclass(frozen=True)
 class TeacherReply:
-    """A teacher's answer and its token usage."""
+    """A teacher's answer and its token usage.
+
+    Attributes:
+        text: the response as the role's action text (what the pair's chosen side is built from).
+        prompt_tokens, completion_tokens: usage.
+        generated: tool layout: the reply as the model generated it (its text and
+            ``<tool_call>{json}</tool_call>``); ``None`` elsewhere.
+    """
 
     text: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    generated: str | None = None
 
 
 class Teacher(ABC):
@@ -131,9 +158,15 @@ class Teacher(ABC):
             TimeoutError, ConnectionError, RuntimeError: the call failed after its retries.
         """
 
+    def answer(self, request: ReplayRequest) -> TeacherReply:
+        """Answer a replayed step: :meth:`respond` to its chat unless the teacher asks in
+        another layout (the pool calls this)."""
+        return self.respond(request.messages, request.problem_id)
+
 
 class OpenAITeacher(Teacher):
-    """Any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint."""
+    """Any OpenAI-compatible ``POST {base_url}/chat/completions`` endpoint, asked in the
+    config's ``layout`` (see :class:`TeacherConfig`)."""
 
     def __init__(self, config: TeacherConfig) -> None:
         super().__init__(config)
@@ -147,12 +180,42 @@ class OpenAITeacher(Teacher):
                 raise RuntimeError(f"teacher {config.name!r}: environment variable {config.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
         self._http = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout_s)
+        self._tools: list[dict[str, Any]] | None = None
+        if config.layout == "tools":
+            from trainer_client.rollout.tool_calls import tool_schemas
+
+            self._tools = tool_schemas()
 
     def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+        data = self._post({"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
+                           "max_tokens": self.config.max_tokens})
+        return TeacherReply(data["choices"][0]["message"].get("content") or "", *_usage(data))
+
+    def answer(self, request: ReplayRequest) -> TeacherReply:
+        if self._tools is None:
+            return super().answer(request)
+        from trainer_client.rollout.tool_calls import generated_text, reply_tool_call, role_tool_action
+
+        data = self._post(self.tool_request(request))
+        text, name, arguments = reply_tool_call(data["choices"][0]["message"])
+        generated = generated_text(text, name, arguments)
+        action = role_tool_action(generated, request.role) if name is not None else None
+        return TeacherReply(action or "", *_usage(data), generated=generated)
+
+    def tool_request(self, request: ReplayRequest) -> dict[str, Any]:
+        """The chat-completions body of a tool-layout call for ``request`` (see
+        :class:`TeacherConfig` ``layout``)."""
+        from trainer_client.rollout.tool_calls import TOOLS_KWARG, turn_messages
+
+        assert self._tools is not None, "layout 'tools' only"
+        return {"model": self.config.model, "messages": turn_messages(request.role, request.messages),
+                "temperature": self.config.temperature, "max_tokens": self.config.max_tokens,
+                "tools": self._tools, "tool_choice": "auto", "chat_template_kwargs": {TOOLS_KWARG: self._tools}}
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /chat/completions`` with retries; the decoded 200 response."""
         import httpx
 
-        body = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
-                "max_tokens": self.config.max_tokens}
         delay = 0.5
         for attempt in range(self.config.max_retries + 1):
             try:
@@ -164,10 +227,8 @@ class OpenAITeacher(Teacher):
                 error = ConnectionError(f"teacher {self.name!r}: {exc}")
             else:
                 if response.status_code == 200:
-                    data = response.json()
-                    usage = data.get("usage") or {}
-                    return TeacherReply(data["choices"][0]["message"].get("content") or "",
-                                        int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+                    data: dict[str, Any] = response.json()
+                    return data
                 error = RuntimeError(f"teacher {self.name!r}: HTTP {response.status_code}: {response.text[:200]}")
                 if response.status_code != 429 and response.status_code < 500:
                     raise error  # a client error does not get better by retrying
@@ -175,6 +236,11 @@ class OpenAITeacher(Teacher):
                 time.sleep(delay)
                 delay *= 2
         raise error
+
+
+def _usage(data: dict[str, Any]) -> tuple[int, int]:
+    usage = data.get("usage") or {}
+    return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
 
 
 class HFTeacher(Teacher):
@@ -414,7 +480,7 @@ class TeacherPool:
 
     def _ask(self, teacher: Teacher, request: ReplayRequest) -> TeacherReply | None:
         try:
-            reply = teacher.respond(request.messages, request.problem_id)
+            reply = teacher.answer(request)
         except TimeoutError:
             self._count("teachers/timeouts")
             return None

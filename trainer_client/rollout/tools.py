@@ -4,11 +4,14 @@ forfeited turn. The layout every trained model answers in (TRL's tool loop)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation
 
 __all__ = ["DEBATE_OVER", "DEBATE_SYSTEM_PROMPT", "FORFEIT_ACTION", "TOOL_ARGUMENTS", "TOOL_FOR_ROLE", "action_content",
-           "render_instructions"]
+           "render_instructions", "role_instructions"]
 
 #: System message for the training prompt: the model plays every role through the tools.
 DEBATE_SYSTEM_PROMPT = (
@@ -41,9 +44,15 @@ def render_instructions(observation: DebateObservation) -> str:
     it, and the tool to call. Used for the reset text and for every tool's return value."""
     if observation.role is None:
         return DEBATE_OVER
-    system = next((m.content for m in observation.messages if m.role == "system"), "")
-    last_user = next((m.content for m in reversed(observation.messages) if m.role == "user"), "")
-    return f"[{observation.role.value.upper()}] {system}\n\n{last_user}\n\n{_TOOL_HINT[observation.role]}"
+    return role_instructions(observation.role, [{"role": m.role, "content": m.content} for m in observation.messages])
+
+
+def role_instructions(role: Role, messages: Sequence[Mapping[str, Any]]) -> str:
+    """:func:`render_instructions` from the acting ``role`` and its chat as plain message dicts
+    (``role``, ``content``): what a replayed step's chat renders to."""
+    system = next((m["content"] for m in messages if m["role"] == "system"), "")
+    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    return f"[{role.value.upper()}] {system}\n\n{last_user}\n\n{_TOOL_HINT[role]}"
 
 
 #: The tool of each role, with its argument names (the adapter's public methods).
