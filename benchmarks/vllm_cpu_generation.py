@@ -44,7 +44,8 @@ def main() -> None:
                     "new_tokens": args.new_tokens, "torch_threads": torch.get_num_threads()}
 
     start = time.perf_counter()
-    hf = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    hf = AutoModelForCausalLM.from_pretrained(model_dir)
+    hf.train(False)  # inference mode (no dropout)
     result["hf_load_s"] = round(time.perf_counter() - start, 2)
     batch = torch.tensor(prompts)
     with torch.no_grad():
