@@ -27,13 +27,15 @@ What is used, all read from trl 1.16.0:
 - ``VLLMGeneration.sync_weights`` and ``_iter_named_params`` (``trl/generation/vllm_generation.py``):
   replaced on vLLM's CPU platform (:func:`sync_vllm_cpu_weights_by_layerwise_reload`).
 
-And the one version difference of transformers the trainer meets: the name of the activation
-checkpointing switch (:func:`checkpointing_off`).
+And the version differences of transformers the trainer meets: the name of the activation
+checkpointing switch (:func:`checkpointing_off`) and of the key-value cache in a forward's
+arguments and outputs (:func:`cache_argument`, :func:`output_cache`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -174,6 +176,26 @@ def checkpointing_off(config_cls: type) -> dict[str, Any]:
     """
     names = {f.name for f in dataclasses.fields(config_cls)}
     return {"activation_checkpointing": False} if "activation_checkpointing" in names else {"gradient_checkpointing": False}
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name of the key-value cache argument of ``model``'s forward: ``"cache"`` where it takes
+    one (transformers 5.24 renamed ``past_key_values``, which then warns and goes in 5.40), else
+    ``"past_key_values"`` (transformers 5.17, what vllm 0.31 installs). Read from the class's
+    ``forward``: TRL 1.16 may wrap the instance's."""
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+
+
+def output_cache(output: Any) -> Any:
+    """The key-value cache a forward returned (``output.cache`` from transformers 5.24 on,
+    ``output.past_key_values`` before), without touching the deprecated name where the new one
+    exists; ``None`` when the forward kept none."""
+    keys = output.keys() if hasattr(output, "keys") else ()
+    if "cache" in keys:
+        return output["cache"]
+    if "past_key_values" in keys:
+        return output["past_key_values"]
+    return getattr(output, "cache", None)
 
 
 def sync_vllm_cpu_weights_by_layerwise_reload(vllm_generation: Any) -> bool:
@@ -321,7 +343,7 @@ def capture_body_forward(model: torch.nn.Module, keep_cache: bool = True) -> Ite
             positions = torch.arange(length, device=hidden.device).expand(batch, length)
         elif positions.dim() != 2 or positions.shape[0] != batch:
             positions = positions.expand(batch, length)  # (1, S) positions shared by the rows
-        cache = getattr(output, "past_key_values", None) or getattr(output, "cache", None)
+        cache = output_cache(output)
         if input_ids is None or not _sliceable(cache, length):
             cache = None
         captured.append(CapturedForward(hidden, cache, mask, positions))

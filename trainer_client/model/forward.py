@@ -25,7 +25,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 from trl.trainer.utils import selective_log_softmax
 
-from trainer_client.trl_compat import CapturedForward, transformer_body
+from trainer_client.trl_compat import CapturedForward, cache_argument, output_cache, transformer_body
 
 __all__ = ["ResponseBatch", "checkpointing_active", "pack_responses",
            "response_hidden", "response_hidden_after_prefix", "response_logits", "shared_context_logps"]
@@ -173,7 +173,7 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
     # (N·K,) log p(first response token | context)
     logps = selective_log_softmax(first.logits[:, -1, :].repeat_interleave(k, dim=0), labels[:, 0])
     if length > 1:
-        cache = first.past_key_values
+        cache = output_cache(first)
         cache.batch_repeat_interleave(k)
         inputs = labels[:, :-1]  # token j is input to predict token j + 1; the last is never an input
         input_mask = mask[:, :-1].long()
@@ -181,7 +181,7 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
         positions = lengths[:, None] + torch.arange(length - 1, device=labels.device)[None, :]
         attention_mask = torch.cat([context_mask.repeat_interleave(k, dim=0), input_mask], dim=1)
         rest = model(input_ids=inputs, attention_mask=attention_mask, position_ids=positions,
-                     past_key_values=cache, logits_to_keep=length - 1, use_cache=True)
+                     logits_to_keep=length - 1, use_cache=True, **{cache_argument(model): cache})
         rest_logps = selective_log_softmax(rest.logits, labels[:, 1:])
         logps = logps + (rest_logps * mask[:, 1:].to(rest_logps.dtype)).sum(-1)
     return logps.view(n, k)
@@ -263,9 +263,10 @@ def response_hidden_after_prefix(model: torch.nn.Module, source: CapturedForward
     input_ids, input_mask = input_ids.to(device), input_mask.to(device)
     starts = torch.tensor([start for _, _, start in spans], device=device)
     position_ids = starts[:, None] + torch.arange(run, device=device)[None, :]
-    hidden = transformer_body(model)(input_ids=input_ids, attention_mask=torch.cat([prefix_mask, input_mask], dim=1),
-                          position_ids=position_ids, past_key_values=DynamicCache(ddp_cache_data=caches),
-                          use_cache=True).last_hidden_state
+    body = transformer_body(model)
+    hidden = body(input_ids=input_ids, attention_mask=torch.cat([prefix_mask, input_mask], dim=1),
+                  position_ids=position_ids, use_cache=True,
+                  **{cache_argument(body): DynamicCache(ddp_cache_data=caches)}).last_hidden_state
     length = max(len(r) for r in responses)
     out = hidden.new_zeros((n, length, hidden.shape[-1]))
     for i, (suffix, response) in enumerate(zip(suffixes, responses, strict=True)):
