@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from env_server.debate.answers import final_answer
-from env_server.debate.problems import Problem, ProblemSource
+from env_server.debate.problems import Problem, ProblemSource, splits
 from env_server.grading.pool import Grader, GradingConfig
 from trainer_client.rollout.tool_calls import read_tool_call as _read_call
 from trainer_client.rollout.tool_calls import role_tool_action
@@ -52,8 +52,9 @@ __all__ = [
     "solver_prompt_ids",
 ]
 
-#: Held-out problems use seeds from here up; warm-up and RL training seeds stay below it.
-HELDOUT_SEED_BASE = 10**9
+#: Held-out problems use seeds from here up; warm-up and RL training seeds stay below it
+#: (:mod:`env_server.debate.problems.splits`; validation seeds start at ``VALIDATION_SEED_BASE``).
+HELDOUT_SEED_BASE = splits.HELDOUT_SEED_BASE
 
 _END_OF_TURN = "<|im_end|>"
 

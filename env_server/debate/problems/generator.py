@@ -8,7 +8,9 @@ reduced fractions, sets of roots) and written in LaTeX; each solution ends with 
 
 ``EXTRA_FAMILIES`` are selectable by name (``ProblemGenerator(families=["single_digit_sum"])``,
 ``--problems gen:single_digit_sum``) but are not in the default rotation, so the default
-generator's problem for every seed is unchanged.
+generator's problem for every seed is unchanged. ``SPLIT_FAMILIES`` (also extra) draw from the
+seed itself, not a seeded RNG: their content is split between RL, warm-up, validation and
+held-out seeds (:mod:`env_server.debate.problems.splits`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from functools import lru_cache
 from math import gcd, lcm
 
 from env_server.debate.problems.base import Problem, ProblemSource, UnknownProblemError
+from env_server.debate.problems.splits import split_index, split_of_seed, two_digit_pairs
 
-__all__ = ["EXTRA_FAMILIES", "FAMILIES", "ProblemGenerator", "latex_number", "polynomial"]
+__all__ = ["EXTRA_FAMILIES", "FAMILIES", "SPLIT_FAMILIES", "ProblemGenerator", "latex_number", "polynomial"]
 
 Draw = tuple[str, str, str, int]  # (problem text, answer, solution, level)
 
@@ -171,14 +174,38 @@ def single_digit_sum(rng: random.Random) -> Draw:
 #: draws them, so its problems stay what they were).
 EXTRA_FAMILIES: dict[str, Callable[[random.Random], Draw]] = {f.__name__: f for f in (single_digit_sum,)}
 
-_ALL_FAMILIES: dict[str, Callable[[random.Random], Draw]] = {**FAMILIES, **EXTRA_FAMILIES}
+
+def two_digit_sum(seed: int) -> Draw:
+    """``Compute $a + b$.`` with two-digit ``a, b`` (8,100 distinct problems), split by content:
+    seed ``base + i`` of a split (:func:`~env_server.debate.problems.splits.split_of_seed`) is
+    item ``i`` (cycling) of that split's pairs, so RL, warm-up, validation and held-out problems
+    never share a problem text, nor a problem with its commuted twin. Answers run from 20 to 198
+    (the most frequent, 109 and 110, are about 1.1% of problems each). The reference solution
+    works column by column (ones, then tens with the carry), so each step is a one-digit fact."""
+    pairs = two_digit_pairs()[split_of_seed(seed)]
+    a, b = pairs[split_index(seed) % len(pairs)]
+    total = a + b
+    ones = a % 10 + b % 10
+    tens = a // 10 + b // 10 + ones // 10
+    # worked column by column (ones, then tens with the carry): each step is a one-digit fact
+    steps = (f"Ones: ${a % 10} + {b % 10} = {ones}$. Tens: ${a // 10} + {b // 10} + {ones // 10} = {tens}$. "
+             f"So ${a} + {b} = {total}$.")
+    return f"Compute ${a} + {b}$.", str(total), _boxed(steps, str(total)), 1
+
+
+#: Families drawn from the seed's split (see :mod:`env_server.debate.problems.splits`); selectable
+#: by name, outside the default rotation.
+SPLIT_FAMILIES: dict[str, Callable[[int], Draw]] = {f.__name__: f for f in (two_digit_sum,)}
+
+_SEEDED_FAMILIES: dict[str, Callable[[random.Random], Draw]] = {**FAMILIES, **EXTRA_FAMILIES}
+_ALL_FAMILIES: dict[str, Callable[[random.Random], Draw] | Callable[[int], Draw]] = {**_SEEDED_FAMILIES, **SPLIT_FAMILIES}
 
 
 class ProblemGenerator(ProblemSource):
     """Seeded problems from several families (see ``FAMILIES``).
 
     Args:
-        families: these family names, from ``FAMILIES`` or ``EXTRA_FAMILIES``, in rotation
+        families: these family names, from ``FAMILIES``, ``EXTRA_FAMILIES`` or ``SPLIT_FAMILIES``, in rotation
             order (default: all of ``FAMILIES``).
 
     Raises:
@@ -220,5 +247,8 @@ class ProblemGenerator(ProblemSource):
     @staticmethod
     @lru_cache(maxsize=8192)  # a problem id is reset once per rollout of its group: generate it once
     def _make(family: str, seed: int) -> Problem:
-        text, answer, solution, level = _ALL_FAMILIES[family](random.Random(f"{family}/{seed}"))
+        if family in SPLIT_FAMILIES:
+            text, answer, solution, level = SPLIT_FAMILIES[family](seed)
+        else:
+            text, answer, solution, level = _SEEDED_FAMILIES[family](random.Random(f"{family}/{seed}"))
         return Problem(f"gen/{family}/{seed}", text, answer, solution, subject=family, level=level, source="generator")

@@ -124,3 +124,42 @@ def test_hf_loader_offline(tmp_path: Path) -> None:
     path = write(tmp_path, "gsm.jsonl", [json.dumps({"question": "q", "answer": "x\n#### 7"})])
     loaded = problems_from_dataset(datasets.load_dataset("json", data_files=str(path), split="train"), name="local")
     assert loaded.get("gsm8k/0").answer == "7"
+
+
+def test_two_digit_sum_splits_are_disjoint_by_content() -> None:
+    """RL, warm-up, validation and held-out problems of ``two_digit_sum`` never share a problem
+    text (nor a problem with its commuted twin); each split's seeds draw only from its own list,
+    and there are thousands of distinct problems."""
+    from env_server.debate.problems.splits import (
+        HELDOUT_SEED_BASE,
+        VALIDATION_SEED_BASE,
+        WARMUP_SEED_BASE,
+        split_of_seed,
+        two_digit_pairs,
+    )
+
+    pairs = two_digit_pairs()
+    assert sum(len(v) for v in pairs.values()) == 90 * 90
+    unordered = {split: {frozenset(p) if p[0] != p[1] else frozenset([p[0]]) for p in v} for split, v in pairs.items()}
+    splits = list(unordered)
+    for i, a in enumerate(splits):
+        for b in splits[i + 1:]:
+            assert not unordered[a] & unordered[b], (a, b)
+    assert min(len(v) for v in pairs.values()) > 1000  # at least a thousand ordered problems per split
+
+    source = ProblemGenerator(families=["two_digit_sum"])
+    drawn: dict[str, set[str]] = {}
+    for split, base, n in (("rl", 0, 3000), ("warmup", WARMUP_SEED_BASE, 3000),
+                           ("heldout", HELDOUT_SEED_BASE, 600), ("validation", VALIDATION_SEED_BASE, 600)):
+        problems = [source.by_seed(base + i) for i in range(n)]
+        assert {split_of_seed(base + i) for i in (0, n - 1)} == {split}
+        assert all(int(p.answer) == sum(int(x) for x in p.problem[len("Compute $"):-2].split(" + ")) for p in problems)
+        assert all(p.solution.endswith(f"\\boxed{{{p.answer}}}$.") for p in problems)
+        drawn[split] = {p.problem for p in problems}
+        twins = {f"Compute ${b} + {a}$." for a, b in (p.problem[len("Compute $"):-2].split(" + ") for p in problems)}
+        drawn[split] |= twins
+    for i, a in enumerate(drawn):
+        for b in list(drawn)[i + 1:]:
+            assert not drawn[a] & drawn[b], (a, b)
+    assert len({source.by_seed(HELDOUT_SEED_BASE + i).problem for i in range(500)}) == 500  # no repeats in 500
+    assert source.get("gen/two_digit_sum/1000000007") == source.by_seed(HELDOUT_SEED_BASE + 7)
