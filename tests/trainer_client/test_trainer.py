@@ -161,7 +161,7 @@ def test_replay_pairs_per_step_do_not_depend_on_gradient_accumulation(model_and_
     trainer.state.global_step = 7
     drawn = []
     original_sample = store.sample
-    store.sample = lambda n, rng: drawn.append(original_sample(n, rng)) or drawn[-1]
+    store.sample = lambda n, rng, **kwargs: drawn.append(original_sample(n, rng, **kwargs)) or drawn[-1]
     shares = [trainer.trace_replay.share_loss(model, "train", 2) for _ in range(2)]
     assert len(drawn) == 1 and len(drawn[0]) == 3  # one draw for the step, all three pairs
     (first, first_logged), (second, second_logged) = shares
@@ -339,3 +339,52 @@ def test_replay_pairs_are_built_on_the_rollouts_tokens_and_the_roles_tool_call(m
                                              max_completion_length=trainer.max_completion_length)
     assert pair.ref_rejected_logp == pytest.approx(expected, rel=1e-4, abs=1e-4)
     assert (chosen.item(), rejected.item()) == pytest.approx((pair.ref_chosen_logp, pair.ref_rejected_logp), rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.parametrize("rpo_alpha", [0.0, 1.0])
+def test_replay_steps_raise_the_chosen_side_not_only_the_margin(model_and_tokenizer, tmp_path, rpo_alpha) -> None:
+    """A few optimizer steps on the replay term: the margin grows either way; with RPO's NLL term
+    (``replay.rpo_alpha``, the default) the chosen side's own log-probability rises too, and the
+    held-out pairs' monitor reports it (``replay/heldout/*``)."""
+    import copy
+
+    model, tokenizer = model_and_tokenizer
+    model = copy.deepcopy(model)
+    store = PairStore(tmp_path / "pairs.jsonl")
+    config = ReplayConfig(beta=1.0, dpo_beta=0.1, pairs_per_step=2, rpo_alpha=rpo_alpha, heldout_pair_share=0.0)
+    trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, replay=config, teacher_pool=object(),
+                           pair_store=store)
+    replay = trainer.trace_replay
+    pairs = [make_pair(trainer, tokenizer, r"It is \boxed{42}.", r"It is \boxed{41}.", "a"),
+             make_pair(trainer, tokenizer, r"So \boxed{42}", r"So \boxed{40}", "b")]
+    for p in pairs:  # the reference is the starting policy itself
+        with torch.no_grad():
+            c, r = replay.pair_logps(model, [p])
+        p.ref_chosen_logp, p.ref_rejected_logp = c.item(), r.item()
+
+    def logps() -> tuple[float, float]:
+        with torch.no_grad():
+            chosen, rejected = replay.pair_logps(model, pairs)
+        return chosen.sum().item(), rejected.sum().item()
+
+    chosen_0, rejected_0 = logps()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+    for _ in range(5):
+        optimizer.zero_grad()
+        replay.dpo_loss(model, pairs).backward()
+        optimizer.step()
+    chosen_5, rejected_5 = logps()
+    assert chosen_5 - rejected_5 > chosen_0 - rejected_0 + 1.0  # the margin grew
+    if rpo_alpha > 0:
+        assert chosen_5 > chosen_0 + 1.0, (chosen_0, chosen_5)  # and the chosen side itself rose
+    logged = replay._pending_metrics
+    assert set(logged) == {"replay/chosen_logp", "replay/rejected_logp"}
+
+    # the monitor: pairs held out of training (share 1.0 here: all of them) under the current policy
+    store.add(pairs)
+    replay.config = config.model_copy(update={"heldout_pair_share": 0.999})
+    monitored = replay.monitor(model)
+    assert monitored["replay/heldout/pairs"] == 2.0 and monitored["replay/heldout/accuracy"] == 1.0
+    assert monitored["replay/heldout/chosen_logp"] == pytest.approx(chosen_5 / 2, rel=1e-4)
+    assert replay.pair_store.sample(2, random.Random(0), heldout_share=0.999) == []  # never trained on

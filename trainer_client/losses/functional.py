@@ -19,7 +19,7 @@ with warnings.catch_warnings():  # we knowingly reuse GKD's loss from trl.experi
     warnings.simplefilter("ignore")
     from trl.experimental.gkd.gkd_trainer import GKDTrainer
 
-__all__ = ["dpo_sigmoid_loss", "masked_jsd_loss", "per_token_jsd", "sequence_logps"]
+__all__ = ["chosen_nll", "dpo_sigmoid_loss", "masked_jsd_loss", "per_token_jsd", "sequence_logps"]
 
 
 def per_token_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float = 0.5,
@@ -91,3 +91,17 @@ def dpo_sigmoid_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, r
     """
     margin = (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
     return -F.logsigmoid(beta * margin).mean()
+
+
+def chosen_nll(chosen_logps: torch.Tensor, chosen_lengths: torch.Tensor) -> torch.Tensor:
+    """RPO's negative log-likelihood term (Pang et al. 2024, arXiv 2404.19733, Eq. 3: the NLL of
+    the chosen response normalised by its length): ``mean_i(−log π(y_w,i|x_i) / |y_w,i|)``.
+
+    Args:
+        chosen_logps: ``(N,)`` summed log-probs of the chosen responses (nats).
+        chosen_lengths: ``(N,)`` their token counts (float; at least 1 is used).
+
+    Returns:
+        A scalar (nats per token).
+    """
+    return (-chosen_logps / chosen_lengths.clamp(min=1.0)).mean()

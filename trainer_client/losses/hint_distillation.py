@@ -27,7 +27,45 @@ from trainer_client.losses.settings import SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
 from trainer_client.trl_compat import CapturedForward
 
-__all__ = ["HintDistillation", "SDPOConfig"]
+__all__ = ["HintDistillation", "SDPOConfig", "chat_delta", "hint_message_ids"]
+
+
+def chat_delta(processor: Any, base: list[dict[str, str]], added: list[dict[str, str]], generation_prompt: bool,
+               **template_kwargs: Any) -> list[int]:
+    """Token ids a chat template adds when ``added`` messages (and, optionally, the generation
+    prompt) follow ``base``.
+
+    Args:
+        processor: a tokenizer or processor with ``apply_chat_template``.
+        base, added: chat messages.
+        generation_prompt: end with the assistant's generation prompt.
+        template_kwargs: passed to ``apply_chat_template`` (``chat_template=...`` and the like).
+
+    Raises:
+        ValueError: the template is not prefix-preserving (``base`` renders differently once
+            ``added`` follows).
+    """
+    kwargs = {"tokenize": True, "return_dict": False, **template_kwargs}
+    prefix = cast("list[int]", processor.apply_chat_template(base, add_generation_prompt=False, **kwargs))
+    full = cast("list[int]", processor.apply_chat_template(base + added, add_generation_prompt=generation_prompt, **kwargs))
+    if list(full[: len(prefix)]) != list(prefix):
+        raise ValueError("the chat template is not prefix-preserving; hint insertion needs one that is")
+    return list(full[len(prefix):])
+
+
+def hint_message_ids(processor: Any, hint: str, **template_kwargs: Any) -> tuple[list[int], list[int]]:
+    """How a hint goes into a context that ends with the generation prompt, as
+    :meth:`HintDistillation.hint_insertion` puts it there: ``(generation_prompt, inserted)``;
+    the context's trailing ``generation_prompt`` ids are replaced by ``inserted`` (the hint as
+    a user message, then a new generation prompt). Used by the tiny models' hint-following
+    warm-up, so that its hinted turns are laid out token for token as the SDPO teacher's.
+
+    Raises:
+        ValueError: from :func:`chat_delta`.
+    """
+    base = [{"role": "user", "content": "x"}]
+    return (chat_delta(processor, base, [], True, **template_kwargs),
+            chat_delta(processor, base, [{"role": "user", "content": hint}], True, **template_kwargs))
 
 
 #: The batch column holding, per rollout, ``(start, end, hint_key)`` of each error site.
@@ -85,19 +123,14 @@ class HintDistillation(AuxiliaryLoss):
     # ------------------------------------------------------------------ hints in the chat template
 
     def _chat_delta(self, base: list[dict[str, str]], added: list[dict[str, str]], generation_prompt: bool) -> list[int]:
-        """Token ids the chat template adds when ``added`` messages (and, optionally, the
-        generation prompt) follow ``base``."""
+        """Token ids the trainer's chat template adds when ``added`` follow ``base`` (:func:`chat_delta`)."""
         trainer = self.trainer
         template_kwargs = trainer.chat_template_kwargs
         assert isinstance(template_kwargs, dict), "TrainingArguments parses chat_template_kwargs into a dict"
-        kwargs = {"chat_template": trainer.chat_template, "tokenize": True, "return_dict": False, **template_kwargs}
         processor = trainer.processing_class
         assert isinstance(processor, (PreTrainedTokenizerBase, ProcessorMixin)), "a tokenizer or processor is needed"
-        prefix = cast("list[int]", processor.apply_chat_template(base, add_generation_prompt=False, **kwargs))
-        full = cast("list[int]", processor.apply_chat_template(base + added, add_generation_prompt=generation_prompt, **kwargs))
-        if list(full[: len(prefix)]) != list(prefix):
-            raise ValueError("the chat template is not prefix-preserving; hint insertion needs one that is")
-        return list(full[len(prefix):])
+        return chat_delta(processor, base, added, generation_prompt, chat_template=trainer.chat_template,
+                          **template_kwargs)
 
     def with_hint(self, context: list[int], key: str) -> list[int]:
         """``context`` (ending with the generation prompt of the erring turn) with the hint

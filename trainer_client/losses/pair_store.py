@@ -18,6 +18,7 @@ import json
 import logging
 import random
 import threading
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from env_server.protocol.markers import Role
 
-__all__ = ["DpoPair", "PairStore"]
+__all__ = ["DpoPair", "PairStore", "is_heldout_pair"]
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,27 @@ class PairStore:
             self._pairs.extend(pairs)
             self._warn_untokenized(pairs)
 
-    def sample(self, n: int, rng: random.Random) -> list[DpoPair]:
-        """Up to ``n`` distinct trainable pairs (token ids and reference log-probs), uniformly at random."""
-        ready = [p for p in self._pairs
-                 if p.has_token_ids and p.ref_chosen_logp is not None and p.ref_rejected_logp is not None]
+    def sample(self, n: int, rng: random.Random, *, min_step: int | None = None,
+               heldout_share: float = 0.0) -> list[DpoPair]:
+        """Up to ``n`` distinct trainable pairs (token ids and reference log-probs), uniformly at
+        random, among those created at ``min_step`` or later (``None``: all) and not held out
+        (:func:`is_heldout_pair` with ``heldout_share``)."""
+        ready = [p for p in self._ready() if (min_step is None or p.created_step >= min_step)
+                 and not is_heldout_pair(p, heldout_share)]
         return rng.sample(ready, min(n, len(ready)))
+
+    def heldout(self, n: int, heldout_share: float) -> list[DpoPair]:
+        """The ``n`` most recent held-out pairs (:func:`is_heldout_pair`) with token ids and
+        reference log-probs: pairs never trained on, to monitor the channel."""
+        return [p for p in self._ready() if is_heldout_pair(p, heldout_share)][-n:]
+
+    def _ready(self) -> list[DpoPair]:
+        with self._lock:
+            pairs = list(self._pairs)
+        return [p for p in pairs if p.has_token_ids and p.ref_chosen_logp is not None and p.ref_rejected_logp is not None]
+
+
+def is_heldout_pair(pair: DpoPair, share: float) -> bool:
+    """Whether ``pair`` is kept out of training: the CRC-32 of ``"<episode_id>/<t>"`` falls in the
+    lowest ``share`` of its range (deterministic, the same on every process and after a restart)."""
+    return share > 0 and zlib.crc32(f"{pair.episode_id}/{pair.t}".encode()) < share * 2**32

@@ -60,6 +60,20 @@ class ReplayConfig(BaseModel):
             N processes averages N × ``pairs_per_step`` pairs. Each pair costs about one context
             plus two turns of forward and backward: about 0.17 of a plain GRPO step over 8
             rollouts of 512 tokens (README, "Performance").
+        rpo_alpha: weight of a negative log-likelihood term on the chosen side, added to DPO's
+            loss per pair (RPO: Pang et al. 2024, "Iterative Reasoning Preference
+            Optimization", arXiv 2404.19733, Eq. 3; TRL's ``DPOConfig.rpo_alpha`` is the same
+            idea): ``L = L_DPO − rpo_alpha · log π(y_w|x) / |y_w|`` (per-token mean), so the
+            chosen side's likelihood is raised, not only the margin (pure DPO can widen the
+            margin by pushing the rejected side down). 0: plain DPO.
+        max_pair_age: sample only pairs created within this many steps of the current one
+            (``None``: any stored pair).
+        heldout_pair_share: share of pairs (by a hash of episode id and turn) kept out of
+            training to monitor the channel: every ``monitor_every`` steps the preference
+            accuracy (implicit reward of the chosen side above the rejected one's, as TRL's
+            ``rewards/accuracies``) and the chosen and rejected log-probs on up to
+            ``monitor_pairs`` of them are logged (``replay/heldout/*``), so saturation shows.
+        monitor_every, monitor_pairs: see ``heldout_pair_share``.
         roles: roles whose turns are replayed to teachers.
         max_workers: threads running teacher calls.
         pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).
@@ -72,6 +86,11 @@ class ReplayConfig(BaseModel):
     teachers: list[TeacherConfig] = Field(default_factory=list)
     budget_per_step: int = Field(default=16, ge=0)
     pairs_per_step: int = Field(default=4, ge=1)
+    rpo_alpha: float = Field(default=0.0, ge=0)
+    max_pair_age: int | None = Field(default=None, ge=0)
+    heldout_pair_share: float = Field(default=0.1, ge=0, lt=1)
+    monitor_every: int = Field(default=5, ge=1)
+    monitor_pairs: int = Field(default=16, ge=1)
     roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER])
     max_workers: int = Field(default=4, ge=1)
     pairs_path: str | None = None

@@ -65,6 +65,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The end-of-turn token of the tool-call layout (Qwen's chat format, TRL's tool loop).
+_END_OF_TURN = "<|im_end|>"
+
 
 class TeacherConfig(BaseModel):
     """One teacher (validated when the trainer config loads).
@@ -74,7 +77,7 @@ class TeacherConfig(BaseModel):
         kind: ``"openai"`` (any OpenAI-compatible chat-completions endpoint: vLLM's server,
             hosted APIs), ``"hf"`` (a local Hugging Face model) or ``"oracle"`` (answers with
             the reference solution; for tests and demos).
-        layout: openai: how the step is asked. ``"chat"`` (default): the server's role chat as
+        layout: openai and hf: how the step is asked. ``"chat"`` (default): the server's role chat as
             plain messages, the reply's text is the answer (a general chat model). ``"tools"``:
             the layout a model trained by ``mathdebate train`` answers in (a ``vllm serve`` of
             such a checkpoint, served as for ``mathdebate eval --policy openai-tools:``: hermes
@@ -85,7 +88,10 @@ class TeacherConfig(BaseModel):
             a vLLM extension); the answer is the action of the reply's call of the role's tool
             (``submit_solution``/``submit_verdict``/``submit_final_answer``,
             :func:`~trainer_client.rollout.tool_calls.role_tool_action`). A reply without a
-            valid call of the role's tool abstains (no answer).
+            valid call of the role's tool abstains (no answer). An ``hf`` teacher in this layout
+            renders the same chat with the tools through its tokenizer's training chat template
+            (TRL's, as in training) and reads the call from its own generated text: a
+            checkpoint of ``mathdebate train`` (or an offline tiny model) asked locally.
         base_url: openai: the API base, e.g. ``http://teacher:8001/v1``.
         model: openai: the served model name; hf: a model id or path.
         api_key_env: openai: name of the environment variable holding the API key (the key
@@ -115,8 +121,8 @@ class TeacherConfig(BaseModel):
     def _check(self) -> TeacherConfig:
         if self.kind == "openai" and not (self.base_url and self.model):
             raise ValueError(f"teacher {self.name!r}: kind 'openai' needs base_url and model")
-        if self.layout == "tools" and self.kind != "openai":
-            raise ValueError(f"teacher {self.name!r}: layout 'tools' is for kind 'openai'")
+        if self.layout == "tools" and self.kind not in ("openai", "hf"):
+            raise ValueError(f"teacher {self.name!r}: layout 'tools' is for kinds 'openai' and 'hf'")
         if self.kind == "hf" and not self.model:
             raise ValueError(f"teacher {self.name!r}: kind 'hf' needs model (an id or a path)")
         return self
@@ -253,20 +259,26 @@ class HFTeacher(Teacher):
         self._model: Any = None
         self._tokenizer: PreTrainedTokenizerBase | None = None
 
-    def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+    def _load(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if self._model is None:
+            assert self.config.model is not None, "TeacherConfig requires model for kind 'hf'"
+            self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)
+            model = AutoModelForCausalLM.from_pretrained(self.config.model)
+            # .train(False): inference mode, the same call torch's eval mode makes
+            self._model = model.to(self.config.device).train(False)  # type: ignore[arg-type]  # mypy sees PreTrainedModel.to (functools.wraps) as unbound
+
+    def _generate(self, messages: list[dict[str, str]], skip_special_tokens: bool,
+                  **template_kwargs: Any) -> TeacherReply:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
+        from transformers import BatchEncoding
 
         with self._lock:  # one generation at a time on one model
-            if self._model is None:
-                assert self.config.model is not None, "TeacherConfig requires model for kind 'hf'"
-                self._tokenizer = AutoTokenizer.from_pretrained(self.config.model)
-                model = AutoModelForCausalLM.from_pretrained(self.config.model)
-                # .train(False): inference mode, the same call torch's eval mode makes
-                self._model = model.to(self.config.device).train(False)  # type: ignore[arg-type]  # mypy sees PreTrainedModel.to (functools.wraps) as unbound
+            self._load()
             assert self._tokenizer is not None, "loaded together with the model"
             encoded = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                                          return_dict=True)
+                                                          return_dict=True, **template_kwargs)
             assert isinstance(encoded, BatchEncoding), "return_dict=True gives a BatchEncoding"
             prompt = encoded.to(self.config.device)
             with torch.no_grad():
@@ -275,9 +287,28 @@ class HFTeacher(Teacher):
                                            temperature=self.config.temperature or None,
                                            pad_token_id=self._tokenizer.pad_token_id)
             new = out[0, prompt["input_ids"].shape[1]:]
-            text = self._tokenizer.decode(new, skip_special_tokens=True)
+            text = self._tokenizer.decode(new, skip_special_tokens=skip_special_tokens)
             assert isinstance(text, str), "one sequence decodes to one string"
             return TeacherReply(text, prompt["input_ids"].shape[1], len(new))
+
+    def respond(self, messages: list[dict[str, str]], problem_id: str) -> TeacherReply:
+        return self._generate(messages, skip_special_tokens=True)
+
+    def answer(self, request: ReplayRequest) -> TeacherReply:
+        if self.config.layout != "tools":
+            return super().answer(request)
+        from trainer_client.rollout.tool_calls import role_tool_action, tool_callables, turn_messages
+
+        with self._lock:
+            self._load()
+        from trl.chat_template_utils import get_training_chat_template  # trl 1.16: the template GRPO renders with
+
+        template = get_training_chat_template(self._tokenizer)
+        reply = self._generate(turn_messages(request.role, request.messages), skip_special_tokens=False,
+                               tools=tool_callables(), chat_template=template)
+        generated = reply.text.split(_END_OF_TURN)[0]
+        action = role_tool_action(generated, request.role)
+        return TeacherReply(action or "", reply.prompt_tokens, reply.completion_tokens, generated=generated)
 
 
 class OracleTeacher(Teacher):
@@ -430,11 +461,18 @@ class TeacherPool:
             are dropped (counted).
         max_workers: threads running teacher calls (all requests' calls share them; a
             request's teachers run in parallel).
+        measure_against: the problem source, to *measure* the teachers (never to choose a
+            pair): each teacher's accuracy on the solver and judge steps it answered
+            (``teachers/<name>/accuracy``), the share of replays whose teachers agreed
+            (``teachers/agreement``) and the pair precision, the share of chosen sides of
+            solver and judge pairs whose answer is right (``pairs/precision``). ``None``: not
+            measured.
     """
 
     def __init__(self, teachers: Sequence[Teacher], equivalent: Callable[[str, str], bool] | None = None,
-                 budget_per_step: int = 16, max_workers: int = 4) -> None:
+                 budget_per_step: int = 16, max_workers: int = 4, measure_against: ProblemSource | None = None) -> None:
         self.teachers = list(teachers)
+        self.measure_against = measure_against
         self.budget_per_step = budget_per_step
         self._owns_equivalence = equivalent is None
         self.equivalent = equivalent or AnswerEquivalence()
@@ -448,7 +486,9 @@ class TeacherPool:
     @classmethod
     def from_configs(cls, configs: Sequence[TeacherConfig], problems: ProblemSource | None = None,
                      **kwargs: Any) -> TeacherPool:
-        """A pool of teachers built from their configs (see :func:`build_teacher`)."""
+        """A pool of teachers built from their configs (see :func:`build_teacher`), measured
+        against ``problems`` when given (``measure_against``)."""
+        kwargs.setdefault("measure_against", problems)
         return cls([build_teacher(c, problems) for c in configs], **kwargs)
 
     def submit_step(self, step: int, requests: Sequence[ReplayRequest]) -> None:
@@ -515,6 +555,7 @@ class TeacherPool:
         answers = [extract_answer(request.role, r.text) if r is not None else None for r in replies]
         chosen = score_disagreement(request.student_answer, answers, self.equivalent)
         self._count("teachers/replays")
+        pair_correct = self._measure(request, answers, chosen)
         if chosen is None:
             return
         reply = replies[chosen]
@@ -534,6 +575,30 @@ class TeacherPool:
             self._done.append(pair)
             self._counters["pairs/emitted"] += 1
             self._counters["pairs/gold_supervised"] += gold
+            if pair_correct is not None:
+                self._counters["pairs/graded"] += 1
+                self._counters["pairs/correct"] += pair_correct
+
+    def _measure(self, request: ReplayRequest, answers: list[str | None], chosen: int | None) -> bool | None:
+        """Count each teacher's answers and right answers, and whether the teachers agreed;
+        return whether the chosen answer is right (``None``: not measured: no source, a
+        verifier step, or no pair)."""
+        agreed = any(a is not None and b is not None and self.equivalent(a, b)
+                     for i, a in enumerate(answers) for b in answers[i + 1:])
+        self._count("teachers/agreed_replays" if agreed else "teachers/split_replays")
+        if self.measure_against is None or request.role is Role.VERIFIER:
+            return None
+        try:
+            gold = self.measure_against.get(request.problem_id).answer
+        except UnknownProblemError:
+            return None
+        right = [answer is not None and self.equivalent(gold, answer) for answer in answers]
+        with self._lock:
+            for teacher, answer, ok in zip(self.teachers, answers, right, strict=True):
+                if answer is not None:
+                    self._counters[f"teachers/{teacher.name}/answered"] += 1
+                    self._counters[f"teachers/{teacher.name}/correct"] += ok
+        return None if chosen is None else right[chosen]
 
     def collect(self) -> list[DpoPair]:
         """Pairs finished since the last call (never blocks)."""
@@ -553,9 +618,21 @@ class TeacherPool:
 
     def counters(self) -> dict[str, float]:
         """Counters for logging: calls, tokens, cost (USD), failures, timeouts, drops, pairs
-        (``pairs/emitted``, of which ``pairs/gold_supervised``)."""
+        (``pairs/emitted``, of which ``pairs/gold_supervised``), and with ``measure_against``
+        the measurements (running totals): ``teachers/<name>/accuracy``, ``teachers/agreement``,
+        ``pairs/precision`` (see :class:`TeacherPool`)."""
         with self._lock:
-            return {**{k: float(v) for k, v in self._counters.items()}, "teachers/cost_usd": self._cost}
+            counters = {**{k: float(v) for k, v in self._counters.items()}, "teachers/cost_usd": self._cost}
+        for teacher in self.teachers:
+            answered = counters.get(f"teachers/{teacher.name}/answered", 0.0)
+            if answered:
+                counters[f"teachers/{teacher.name}/accuracy"] = counters.get(f"teachers/{teacher.name}/correct", 0.0) / answered
+        replays = counters.get("teachers/agreed_replays", 0.0) + counters.get("teachers/split_replays", 0.0)
+        if replays:
+            counters["teachers/agreement"] = counters.get("teachers/agreed_replays", 0.0) / replays
+        if counters.get("pairs/graded"):
+            counters["pairs/precision"] = counters.get("pairs/correct", 0.0) / counters["pairs/graded"]
+        return counters
 
     def close(self) -> None:
         """Stop the threads (queued replays are cancelled) and the grader."""

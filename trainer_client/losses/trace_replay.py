@@ -13,8 +13,15 @@ store; later steps add DPO's sigmoid loss (Rafailov et al. 2023, arXiv 2305.1829
 
     L = −log σ(β · [(log π(y_w|x) − log π_ref(y_w|x)) − (log π(y_l|x) − log π_ref(y_l|x))])
 
-averaged over a sample of stored pairs. Pairs an oracle teacher agreed on are marked
+averaged over a sample of stored pairs, plus, with ``replay.rpo_alpha > 0``, RPO's negative
+log-likelihood of the chosen side (Pang et al. 2024, arXiv 2404.19733, Eq. 3):
+``− rpo_alpha · log π(y_w|x) / |y_w|``. Pairs an oracle teacher agreed on are marked
 gold-supervised.
+
+Saturation is logged, not guessed: the trained pairs' mean chosen and rejected log-probs
+(``replay/chosen_logp``, ``replay/rejected_logp``, nats per pair) each step, and every
+``monitor_every`` steps the same plus the preference accuracy on held-out pairs, a share of the
+pairs never trained on (``replay/heldout/*``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import torch
 from accelerate.utils import is_peft_model
 
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
-from trainer_client.losses.functional import dpo_sigmoid_loss, sequence_logps
+from trainer_client.losses.functional import chosen_nll, dpo_sigmoid_loss, sequence_logps
 from trainer_client.losses.replay_pairs import cap_response, rollout_pair_ids, tool_call_message, tool_call_response_ids
 from trainer_client.losses.settings import ReplayConfig
 from trainer_client.losses.teachers import ReplayRequest
@@ -66,6 +73,8 @@ class TraceReplayDPO(AuxiliaryLoss):
         self.pair_store = pair_store
         #: the current optimiser step's DPO pairs: (global_step, shares per micro-batch, count, next share)
         self._shares: tuple[int, list[list[Any]], int, int] | None = None
+        #: the trained pairs' log-probs, logged with the next batch's metrics
+        self._pending_metrics: dict[str, float] = {}
 
     def bind(self, trainer: Any) -> None:
         """Keep the trainer; seed this process's pair sampling; freeze the initial policy."""
@@ -151,6 +160,11 @@ class TraceReplayDPO(AuxiliaryLoss):
     def batch_metrics(self) -> dict[str, float]:
         metrics = {name: float(value) for name, value in self.teacher_pool.counters().items()}
         metrics["pairs/stored"] = float(len(self.pair_store))
+        metrics.update(self._pending_metrics)  # the previous step's trained pairs
+        self._pending_metrics = {}
+        step = self.trainer.state.global_step
+        if step % self.config.monitor_every == 0:
+            metrics.update(self.monitor(self.trainer.model))
         return metrics
 
     # ------------------------------------------------------------------ the reference policy
@@ -227,11 +241,11 @@ class TraceReplayDPO(AuxiliaryLoss):
             logged, so the logged mean is not diluted) on a later micro-batch left without a share.
         """
         if mode != "train" or accumulation == 1:
-            loss = self.dpo_loss(model, self.pair_store.sample(self.config.pairs_per_step, self.rng))
+            loss = self.dpo_loss(model, self._draw(self.trainer.state.global_step if step is None else step))
             return loss, (0.0 if loss is None else loss.item())
         step = self.trainer.state.global_step if step is None else step
         if self._shares is None or self._shares[0] != step:
-            drawn = self.pair_store.sample(self.config.pairs_per_step, self.rng)
+            drawn = self._draw(step)
             self._shares = (step, [drawn[j::accumulation] for j in range(accumulation)], len(drawn), 0)
         step, shares, drawn_count, index = self._shares
         self._shares = (step, shares, drawn_count, index + 1)
@@ -242,8 +256,17 @@ class TraceReplayDPO(AuxiliaryLoss):
         assert loss is not None
         return loss * (accumulation * len(share) / drawn_count), loss.item()
 
+    def _draw(self, step: int) -> list[Any]:
+        """The step's DPO pairs: ``pairs_per_step`` stored pairs, not held out, no older than
+        ``max_pair_age`` steps."""
+        age = self.config.max_pair_age
+        return self.pair_store.sample(self.config.pairs_per_step, self.rng,
+                                      min_step=None if age is None else step - age,
+                                      heldout_share=self.config.heldout_pair_share)
+
     def dpo_loss(self, model: torch.nn.Module, pairs: list[Any]) -> torch.Tensor | None:
-        """DPO's sigmoid loss averaged over ``pairs`` (``None`` for no pair).
+        """DPO's sigmoid loss averaged over ``pairs`` (``None`` for no pair), plus RPO's
+        chosen-side NLL when ``rpo_alpha > 0`` (see the module docstring).
 
         The pairs run through the unwrapped policy, never the DDP wrapper: a wrapped forward is a
         collective (DDP broadcasts buffers from rank 0 on each one), and processes draw different
@@ -255,7 +278,36 @@ class TraceReplayDPO(AuxiliaryLoss):
         chosen, rejected = self.pair_logps(self.trainer.accelerator.unwrap_model(model), pairs)
         ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
         ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
-        return dpo_sigmoid_loss(chosen, rejected, ref_chosen, ref_rejected, self.config.dpo_beta)
+        self._pending_metrics.update({"replay/chosen_logp": chosen.detach().mean().item(),
+                                      "replay/rejected_logp": rejected.detach().mean().item()})
+        loss = dpo_sigmoid_loss(chosen, rejected, ref_chosen, ref_rejected, self.config.dpo_beta)
+        if self.config.rpo_alpha > 0:
+            lengths = torch.tensor([len(cap_response(p.chosen_ids, self.trainer.max_completion_length)) for p in pairs],
+                                   device=chosen.device, dtype=chosen.dtype)
+            loss = loss + self.config.rpo_alpha * chosen_nll(chosen, lengths)
+        return loss
+
+    def monitor(self, model: torch.nn.Module) -> dict[str, float]:
+        """Held-out pairs under the current policy (no gradient): ``replay/heldout/accuracy``
+        (share whose implicit reward ``β·(log π − log π_ref)`` is higher for the chosen side,
+        TRL's ``rewards/accuracies``), ``replay/heldout/chosen_logp``, ``.../rejected_logp``
+        (mean nats per pair) and ``.../pairs``; empty without held-out pairs."""
+        pairs = self.pair_store.heldout(self.config.monitor_pairs, self.config.heldout_pair_share)
+        if not pairs:
+            return {}
+        unwrapped = self.trainer.accelerator.unwrap_model(model)
+        was_training = unwrapped.training
+        unwrapped.train(False)
+        try:
+            with torch.no_grad():
+                chosen, rejected = self.pair_logps(unwrapped, pairs)
+        finally:
+            unwrapped.train(was_training)
+        ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], dtype=chosen.dtype, device=chosen.device)
+        ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], dtype=chosen.dtype, device=chosen.device)
+        wins = ((chosen - ref_chosen) > (rejected - ref_rejected)).float()
+        return {"replay/heldout/accuracy": wins.mean().item(), "replay/heldout/chosen_logp": chosen.mean().item(),
+                "replay/heldout/rejected_logp": rejected.mean().item(), "replay/heldout/pairs": float(len(pairs))}
 
 
 def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id: int | None,
