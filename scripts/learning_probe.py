@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 #: Pilot runs evaluate on validation problems (held-out seeds from here up), disjoint from the
 #: protocol's held-out set (the first 500 held-out seeds that ``mathdebate ablate`` uses), so that
 #: choosing the protocol's settings never looks at the problems its result is measured on.
-VALIDATION_START = 500_000
+VALIDATION_START = 500_000  # = env_server.debate.problems.splits.VALIDATION_SEED_BASE - HELDOUT_SEED_BASE
 
 
 def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int) -> dict[str, Any]:
@@ -48,6 +48,8 @@ def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="outputs/learning-probe")
+    parser.add_argument("--model", default="tiny-learning", choices=["tiny-learning", "tiny-sums"],
+                        help="which offline tiny model's spec to build (trainer_client.config.TINY_MODELS)")
     parser.add_argument("--spec", default="{}", help="JSON overrides of learning_spec() (e.g. '{\"sft_steps\": 200}')")
     parser.add_argument("--curve-every", type=int, default=0, help="during the warm-up, evaluate every N steps")
     parser.add_argument("--curve-n", type=int, default=100)
@@ -70,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from env_server.cli import running_server
-    from trainer_client.config import load_config
-    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, learning_spec
+    from trainer_client.config import TINY_MODELS, load_config
+    from trainer_client.experiments import tiny_model
+    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model
     from trainer_client.experiments.train import run_training
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    spec = TinyModelSpec(learning_spec(), **json.loads(args.spec))
+    spec = TinyModelSpec(getattr(tiny_model, TINY_MODELS[args.model])(), **json.loads(args.spec))
     family = spec["family"]
     summary: dict[str, Any] = {"spec": spec}
 

@@ -24,9 +24,10 @@ from trainer_client.losses.base import auxiliary_loss_class
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
 
 __all__ = [
+    "ORACLE_TEACHERS",
     "PRESETS",
     "TINY_MODELS",
-    "TINY_MODEL_TEACHERS",
+    "TINY_TEACHER_SEEDS",
     "AuxLossConfig",
     "GiGPOConfig",
     "ReplayConfig",
@@ -35,17 +36,32 @@ __all__ = [
     "TrainConfig",
     "config_error_line",
     "load_config",
+    "tiny_model_teachers",
 ]
 
-#: The teachers of trace replay when the model is the offline tiny model and none are configured:
-#: two ground-truth oracles (the tiny model has no teacher worth asking). Runs with oracle
-#: teachers are gold-supervised and are labelled so in logs and reports.
-TINY_MODEL_TEACHERS: list[dict[str, str]] = [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}]
+#: Two ground-truth oracle teachers (the CPU demo's config names them): runs with oracle teachers
+#: are gold-supervised and are labelled so in logs and reports. Never a default.
+ORACLE_TEACHERS: list[dict[str, str]] = [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}]
+
+#: Seeds of the tiny models' default teachers (``<model>@<seed>``); the policy is seed 0.
+TINY_TEACHER_SEEDS = (1, 2, 3)
+
+
+def tiny_model_teachers(model: str) -> list[dict[str, Any]]:
+    """The teachers of trace replay when the model is an offline tiny model and none are
+    configured: teachers that can be wrong, never oracles. Three local ``hf`` models asked in the
+    tool layout the policy was trained in, each the policy's own recipe (warm-up data of the
+    warm-up split only, the same stop rule) with another seed (``<model>@1..3``, built by
+    ``tiny_model_path``): about as accurate as the starting policy, so a pair (two of them
+    agreeing against the student) carries what the policy could know, not the reference solution.
+    Greedy, at most 128 new tokens."""
+    return [{"name": f"{model}@{seed}", "kind": "hf", "model": f"{model}@{seed}", "layout": "tools",
+             "max_tokens": 128} for seed in TINY_TEACHER_SEEDS]
 
 #: ``model`` names of the offline tiny models: ``tiny`` (format warm-up, random answers: the demo's)
 #: and ``tiny-learning`` (warm-up on the easy ``single_digit_sum`` family, partly right: the
 #: learning experiment's; ``trainer_client.experiments.tiny_model.learning_spec``).
-TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec"}
+TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec", "tiny-sums": "sums_spec"}
 
 #: Ablation presets: (alpha for SDPO, beta for trace-replay DPO).
 PRESETS: dict[str, tuple[float, float]] = {
@@ -221,7 +237,8 @@ class TrainConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _tiny_model_default_teachers(cls, data: Any) -> Any:
-        """``model: tiny`` with replay on and no teachers: the two oracle teachers (documented default)."""
+        """``model: tiny`` (or another tiny model) with replay on and no teachers: its default
+        teachers (:func:`tiny_model_teachers`)."""
         if not isinstance(data, dict) or data.get("model", "tiny") not in TINY_MODELS:
             return data
         replay = data.get("replay")
@@ -229,7 +246,7 @@ class TrainConfig(_Strict):
             replay = dict(replay or {})
             beta = replay.get("beta", 0.0)
             if not replay.get("teachers") and isinstance(beta, int | float) and beta > 0:
-                return {**data, "replay": {**replay, "teachers": TINY_MODEL_TEACHERS}}
+                return {**data, "replay": {**replay, "teachers": tiny_model_teachers(data.get("model", "tiny"))}}
         return data
 
     @model_validator(mode="after")

@@ -146,16 +146,18 @@ def test_train_command_validates_the_config_before_starting(tmp_path) -> None:
 
 def test_full_preset_on_the_tiny_model_needs_no_config_file() -> None:
     """``mathdebate train --preset full --model tiny`` without ``--config``: the tiny model's
-    documented default teachers are the two ground-truth oracles."""
-    from trainer_client.config import TINY_MODEL_TEACHERS, load_config
+    documented default teachers (local copies of its recipe with other seeds, never oracles;
+    ``tests/trainer_client/losses/test_teacher_measures.py`` checks every tiny model's)."""
+    from trainer_client.config import load_config, tiny_model_teachers
 
     config = load_config(None, "full", {"model": "tiny", "max_steps": 2})
     assert config.replay.beta > 0 and config.sdpo.alpha > 0
-    assert [t.model_dump(include={"name", "kind"}) for t in config.replay.teachers] == TINY_MODEL_TEACHERS
+    assert [t.name for t in config.replay.teachers] == [t["name"] for t in tiny_model_teachers("tiny")]
     explicit = load_config(None, "full", {"model": "tiny", "replay.teachers": [
         {"name": "a", "kind": "oracle"}, {"name": "b", "kind": "oracle"}, {"name": "c", "kind": "oracle"}]})
     assert [t.name for t in explicit.replay.teachers] == ["a", "b", "c"]  # configured teachers are kept
-    assert config.gold_supervised and not load_config(None, "baseline", {"model": "tiny"}).gold_supervised
+    assert explicit.gold_supervised and not config.gold_supervised
+    assert not load_config(None, "baseline", {"model": "tiny"}).gold_supervised
 
 
 def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tiny_model_dir, tmp_path) -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -39,13 +38,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Arm", "ablation_model", "ablation_modes", "add_ablate_command", "plan_arms", "run_ablation", "run_overrides"]
+from trainer_client.experiments.run_figures import replay_figures, static_controls
+
+__all__ = [
+    "Arm",
+    "ablation_model",
+    "ablation_modes",
+    "add_ablate_command",
+    "plan_arms",
+    "replay_figures",
+    "run_ablation",
+    "run_overrides",
+]
 
 log = logging.getLogger(__name__)
 
 PRESET_NAMES = ("baseline", "sdpo", "replay", "full")
-#: The learning experiment's problem family for the offline tiny model (see ``tiny_model.learning_spec``).
-TINY_FAMILY = "gen:single_digit_sum"
+#: The problem source of each offline tiny model's learning experiment: ``tiny-sums`` (the default,
+#: ``tiny_model.sums_spec``) learns ``two_digit_sum``, whose held-out problems are unseen by
+#: content; ``tiny-learning`` (``tiny_model.learning_spec``, the first protocol) learns
+#: ``single_digit_sum``, whose 100 problems are all seen in training (it measures memorisation).
+TINY_FAMILIES = {"tiny-sums": "gen:two_digit_sum", "tiny-learning": "gen:single_digit_sum", "tiny": None}
+#: The default model of ``mathdebate ablate`` without ``--config`` (``--model tiny`` means it too).
+DEFAULT_TINY_MODEL = "tiny-sums"
 #: Distinct gold debates the SFT control builds from the RL training problems (the first ones).
 SFT_CONTROL_DEBATES = 512
 #: Metrics averaged over a run's steps for the report.
@@ -121,41 +136,8 @@ class RunResult:
     #: the episode mode it trained and was evaluated in (its gain is against the starting
     #: policy evaluated in the same mode)
     mode: str = "debate"
-
-
-# --------------------------------------------------------------------------- controls without training
-
-
-def _numbers(text: str) -> list[str]:
-    return re.findall(r"-?\d+(?:\.\d+)?", text)
-
-
-def static_controls(golds: Sequence[str], problems: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The answer-only controls on the held-out problems.
-
-    Args:
-        golds: each problem's reference answer.
-        problems: each problem's text.
-
-    Returns:
-        ``{"best constant": {"accuracy", "answer"}, "copy from prompt": {"accuracy", "which"}}``;
-        correctness through the server's grader.
-    """
-    from collections import Counter
-
-    from trainer_client.experiments.heldout import grade_answer_text
-
-    candidates = [a for a, _ in Counter(golds).most_common(5)]
-    best = max(((sum(grade_answer_text(g, c) for g in golds) / len(golds), c) for c in candidates),
-               key=lambda x: x[0])
-    copies = {}
-    for which, pick in (("first", 0), ("last", -1)):
-        hits = [bool(nums) and grade_answer_text(g, nums[pick]) for g, nums in
-                zip(golds, (_numbers(p) for p in problems), strict=True)]
-        copies[which] = sum(hits) / len(golds)
-    which = max(copies, key=lambda k: copies[k])
-    return {"best constant": {"accuracy": best[0], "answer": best[1]},
-            "copy from prompt": {"accuracy": copies[which], "which": f"{which} number"}}
+    #: trace replay's teachers and pairs (:func:`replay_figures`; empty without replay)
+    replay: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- running
@@ -199,11 +181,11 @@ def _run_means(curve: list[dict[str, float]]) -> dict[str, float]:
 
 
 def ablation_model(model: str | None, config: str | None) -> str | None:
-    """The ``model`` override of an ablation: ``--model`` wins (``tiny`` means ``tiny-learning``,
-    the learning experiment's tiny model); without it, ``None`` (the config's model) when a config
-    is given, else ``tiny-learning``."""
+    """The ``model`` override of an ablation: ``--model`` wins (``tiny`` means
+    :data:`DEFAULT_TINY_MODEL`, the learning experiment's tiny model); without it, ``None`` (the
+    config's model) when a config is given, else :data:`DEFAULT_TINY_MODEL`."""
     if model == "tiny" or (model is None and config is None):
-        return "tiny-learning"
+        return DEFAULT_TINY_MODEL
     return model
 
 
@@ -220,12 +202,15 @@ def run_ablation(args: argparse.Namespace) -> Path:
     from tqdm.auto import tqdm
 
     from env_server.debate.problems import load_problem_source
-    from trainer_client.config import TINY_MODELS, load_config
+    from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
+    from trainer_client.config import PRESETS, TINY_MODELS, load_config, tiny_model_teachers
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers, heldout_seeds
+    from trainer_client.experiments.hint_probe import probe_hints
     from trainer_client.experiments.reporting import write_ablation_report
     from trainer_client.experiments.sft import gold_debate_family
     from trainer_client.experiments.tiny_model import tiny_model_path
-    from trainer_client.experiments.train import run_training
+    from trainer_client.experiments.train import resolve_tiny_teachers, run_training
+    from trainer_client.losses.teachers import TeacherConfig
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -235,10 +220,20 @@ def run_ablation(args: argparse.Namespace) -> Path:
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
     arms = plan_arms(args.arms, args.shaping, ablation_modes(args.modes, base.mode),
                      shuffled_control="shuffled" in args.controls)
-    problems = args.problems or base.problems or (TINY_FAMILY if base.model in TINY_MODELS else None)
+    problems = args.problems or base.problems or TINY_FAMILIES.get(base.model)
     model_path = tiny_model_path(base.model, out) if base.model in TINY_MODELS else base.model
+    # the tiny model's default teachers (replay arms, no teachers configured), built once under
+    # the output directory, not once per run directory
+    default_teachers = None
+    if base.model in TINY_MODELS and not base.replay.teachers and any(
+            PRESETS[arm.preset][1] > 0 for arm in arms):
+        default_teachers = [t.model_dump(mode="json") for t in resolve_tiny_teachers(
+            [TeacherConfig.model_validate(t) for t in tiny_model_teachers(base.model)], out)]
     source = load_problem_source(problems)
-    seeds_heldout = heldout_seeds(args.heldout)
+    # the evaluation problems: the held-out split (reported results) or the validation split
+    # (choosing settings; from VALIDATION_SEED_BASE, disjoint by seed, and by content for split families)
+    seeds_heldout = heldout_seeds(args.heldout, start=0 if args.split == "heldout" else
+                                  VALIDATION_SEED_BASE - HELDOUT_SEED_BASE)
     eval_kwargs = {"k": args.pass_k, "temperature": 1.0, "max_rounds": base.max_rounds or 1}
 
     t0 = time.perf_counter()
@@ -260,8 +255,12 @@ def run_ablation(args: argparse.Namespace) -> Path:
     golds = [r.gold for r in before.records]
     controls: dict[str, Any] = (static_controls(golds, [r.problem for r in before.records])
                                 if "static" in args.controls else {})
-    log.info("starting policy: held-out accuracy %.3f on %d problems (%.0f s)", before.accuracy, before.n,
+    log.info("starting policy: %s accuracy %.3f on %d problems (%.0f s)", args.split, before.accuracy, before.n,
              time.perf_counter() - t0)
+    # does the starting policy read hints? (what hint distillation distils; validation problems)
+    hint_probe = probe_hints(model, tokenizer, source, heldout_seeds(
+        min(args.heldout, 200), start=VALIDATION_SEED_BASE - HELDOUT_SEED_BASE)).summary()
+    log.info("hint probe (validation): %s", hint_probe)
 
     results: list[RunResult] = []
     sft_control = "sft" in args.controls and gold_debate_family(problems) is not None
@@ -284,7 +283,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                 config = load_config(args.config, arm.preset, run_overrides(
                     arm, seed, args, model_path=model_path, env_url=url, run_dir=run_dir, problems=problems,
                     default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS,
-                    default_teachers=not base.replay.teachers))
+                    default_teachers=default_teachers))
                 steps_bar.reset(total=config.max_steps)
                 start = time.perf_counter()
                 run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
@@ -304,6 +303,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
 
     protocol = {
         "model": str(base.model), "model_path": str(model_path), "problems": problems or "built-in generator",
+        "split": args.split, "hint_probe": hint_probe,
         "heldout_problems": len(seeds_heldout), "heldout_seeds": [seeds_heldout[0], seeds_heldout[-1]],
         "seeds": args.seeds, "control_seeds": control_seeds, "max_steps": config.max_steps, "pass_k": args.pass_k,
         "eval_seconds_mean": sum(eval_seconds) / len(eval_seconds),
@@ -316,15 +316,15 @@ def run_ablation(args: argparse.Namespace) -> Path:
 
 def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: str | Path, env_url: str,
                   run_dir: Path, problems: str | None, default_max_rounds: bool, tiny: bool,
-                  default_teachers: bool = True) -> dict[str, Any]:
+                  default_teachers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The training-config overrides of one (arm, seed) run, applied over ``--config`` and the
     arm's preset: the model, server, output directory and seed; the arm's reward shaping,
     shuffled-reward flag and episode ``mode`` (a ``single`` arm trains on single-answer
     episodes, RFC 0006); ``max_rounds: 1`` where the config leaves the rounds to the server
     (``default_max_rounds``); :data:`TINY_ABLATION_SETTINGS` for a tiny model, with the tiny
-    model's default teachers where the config names none (``default_teachers``: the run's
-    ``model`` is the built model's path, which ``TrainConfig`` does not recognise as a tiny
-    model, so its own default would not apply); ``--max-steps``; then the ``-o`` overrides
+    model's default teachers (``default_teachers``, built: the run's ``model`` is the built
+    model's path, which ``TrainConfig`` does not recognise as a tiny model, so its own default
+    would not apply); ``--max-steps``; then the ``-o`` overrides
     (``args.overrides``), except that the arm's mode always wins.
     """
     overrides: dict[str, Any] = {
@@ -336,9 +336,7 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
     if tiny:
         overrides.update(TINY_ABLATION_SETTINGS)
         if default_teachers:
-            from trainer_client.config import TINY_MODEL_TEACHERS
-
-            overrides["replay.teachers"] = TINY_MODEL_TEACHERS
+            overrides["replay.teachers"] = default_teachers
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
     overrides.update(args.overrides)
@@ -385,7 +383,7 @@ def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: b
     curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
     return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, heldout,
-                     [r.correct for r in report.records], mode)
+                     [r.correct for r in report.records], mode, replay_figures(curve))
 
 
 def _sft_control(model_path: str | Path, problems: str | None, seed: int, seconds: float, out: Path, source: Any,
@@ -454,8 +452,12 @@ def add_ablate_command(sub: Any) -> None:
     ablate.add_argument("--config", default=None, help="YAML training config (e.g. configs/gpu_qwen.yaml)")
     ablate.add_argument("--env-url", default=None, help="an env server; default: start one here")
     ablate.add_argument("--problems", default=None,
-                        help=f"problem source (default: the config's, or {TINY_FAMILY} for the tiny model)")
-    ablate.add_argument("--heldout", type=int, default=500, help="held-out problems (seeds >= 10^9)")
+                        help="problem source (default: the config's, or the tiny model's family: "
+                             + ", ".join(f"{k}: {v}" for k, v in TINY_FAMILIES.items() if v) + ")")
+    ablate.add_argument("--heldout", type=int, default=500, help="evaluation problems (of --split)")
+    ablate.add_argument("--split", choices=["heldout", "validation"], default="heldout",
+                        help="evaluate on held-out problems (seeds from 10^9: results) or validation problems "
+                             "(seeds from 10^9 + 500,000: choosing settings)")
     ablate.add_argument("--pass-k", type=int, default=8, help="samples per held-out problem for pass@k (0: none)")
     ablate.add_argument("--controls", nargs="*", default=list(CONTROLS), choices=CONTROLS,
                         help="controls to run: static (best constant, copy from prompt), shuffled (rewards "

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer_client.experiments.warmup_debates import HINT_MESSAGE, synthetic_debates
 from trainer_client.rollout.tool_calls import tool_callables
 
 __all__ = [
@@ -31,8 +32,10 @@ __all__ = [
     "TinyModelSpec",
     "build_tiny_model",
     "default_spec",
+    "is_tiny_model_name",
     "learning_spec",
     "rollout_tokens",
+    "sums_spec",
     "supervised_steps",
     "synthetic_debates",
     "tiny_model_main",
@@ -64,7 +67,7 @@ def default_spec(seed: int = 0) -> TinyModelSpec:
 #: ``LEARNING_WARMUP_SEED_BASE + spec_seed * 10**6 + i``, disjoint from RL training seeds (a
 #: training run uses ``config.seed + i`` for ``i < dataset_size``, far below 10**8) and from
 #: held-out seeds (``>= trainer_client.experiments.heldout.HELDOUT_SEED_BASE`` = 10**9).
-LEARNING_WARMUP_SEED_BASE = 10**8
+LEARNING_WARMUP_SEED_BASE = 10**8  # = env_server.debate.problems.splits.WARMUP_SEED_BASE
 
 
 def learning_spec(seed: int = 0) -> TinyModelSpec:
@@ -87,96 +90,27 @@ def learning_spec(seed: int = 0) -> TinyModelSpec:
                          sft_steps=300, sft_schedule_steps=600)
 
 
-def _call(name: str, arguments: dict[str, str]) -> dict[str, Any]:
-    return {"role": "assistant", "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+def sums_spec(seed: int = 0) -> TinyModelSpec:
+    """The tiny model of the honest learning protocol (``model: tiny-sums``): the default size and
+    phrase-token tokenizer of :func:`learning_spec`, warmed up on debates of ``two_digit_sum``
+    (8,100 problems split by content: warm-up, RL, validation and held-out problems never share a
+    problem; :mod:`env_server.debate.problems.splits`), drawn from the warm-up split only.
 
+    The warm-up teaches the format, arithmetic and hint reading (as an instruction-following LLM
+    reads a hint): the unhinted solver is right with probability ``answer_accuracy`` (its worked
+    solution; a wrong answer is a carry or last-digit slip, ``"near"``), the unhinted verifier's
+    verdict is a coin flip, and ``hint_fraction`` of all turns are hint-following examples: the
+    server's hint for the error the turn would otherwise make, then the right turn
+    (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`).
 
-def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None = None,
-                      answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | None = None,
-                      seed_base: int | None = None, worked: bool = False,
-                      restate: bool = False, mode: str = "debate") -> list[list[dict[str, Any]]]:
-    """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
-    results, then a closing assistant message), played locally with scripted actions.
+    Stop rule (fixed before any RL run, from the warm-up curve on validation problems only):
+    ``sft_steps`` optimizer steps of a linear decay planned over ``sft_schedule_steps``."""
+    from env_server.debate.problems.splits import WARMUP_SEED_BASE
 
-    One round (solver, verifier, judge) by default: the shortest full debate, so the warm-up
-    is cheap; later rounds repeat the same two tools.
-
-    Answers are right or wrong at random, verdicts agree or not: the point is the format.
-
-    Args:
-        n, seed, max_rounds: how many debates, the scripted actions' seed, rounds per debate.
-        family: draw problems from this generator family only (``None``: the default rotation,
-            problem seeds ``10_000 + seed * 100_000 + i``).
-        answer_accuracy: probability that the scripted solver's answer is the right one.
-        wrong_answers: ``(low, high)``: a wrong answer is drawn uniformly from these integers,
-            never the right answer (``None``: from -50..200, possibly the right one by chance).
-        seed_base: first problem seed with ``family`` (problem ``i`` uses ``seed_base + i``).
-        worked: a right answer comes with the problem's reference solution (its worked steps,
-            ending in the boxed answer) instead of a one-word lead-in.
-        restate: a worked solution starts by restating the problem verbatim (the same tokens
-            as in the prompt, so copying them is an easy first skill for a tiny model).
-        mode: ``"debate"`` or ``"single"`` (RFC 0006: the solver's one ``submit_solution``
-            call on the single-mode solver prompt, then the tool's result, which is
-            ``trainer_client.rollout.environment.DEBATE_OVER`` as in a real single-mode rollout, and the
-            closing message).
-
-    Raises:
-        ValueError: an unknown ``mode``.
-    """
-    from env_server.debate.episode import DebateEpisode
-    from env_server.debate.problems import ProblemGenerator
-    from env_server.protocol.markers import EpisodeMode, Role
-    from env_server.protocol.models import DebateAction, DebateObservation
-    from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT, render_instructions
-
-    rng = random.Random(seed)
-    generator = ProblemGenerator() if family is None else ProblemGenerator(families=[family])
-    first_seed = 10_000 + seed * 100_000 if seed_base is None else seed_base
-    conversations = []
-
-    def observation(episode: DebateEpisode) -> DebateObservation:
-        return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
-
-    for i in range(n):
-        problem = generator.by_seed(first_seed + i)
-        episode = DebateEpisode(f"synthetic-{i}", problem, max_rounds=max_rounds, max_action_chars=4096,
-                                mode=EpisodeMode(mode))
-        messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
-                    {"role": "user", "content": render_instructions(observation(episode))}]
-        last_answer = problem.answer
-        while not episode.done:
-            role = episode.role
-            assert role is not None, "an episode that is not done has a role to play"
-            if role is Role.SOLVER:
-                last_answer = problem.answer if rng.random() < answer_accuracy else _wrong_answer(rng, problem.answer,
-                                                                                                     wrong_answers)
-                arguments = {"solution": rng.choice(["So", "Thus", "Hence"]) + f" \\boxed{{{last_answer}}}"}
-                if worked and last_answer == problem.answer:
-                    arguments["solution"] = f"{problem.problem} {problem.solution}" if restate else problem.solution
-                content, name = arguments["solution"], "submit_solution"
-            elif role is Role.VERIFIER:
-                verdict = rng.choice(["CORRECT", "INCORRECT"])
-                arguments = {"verdict": verdict, "critique": rng.choice(["Checked.", "Step two is wrong.", "Fine."])}
-                content, name = f"{arguments['critique']}\n\nVERDICT: {verdict}", "submit_verdict"
-            else:
-                arguments = {"answer": last_answer}
-                content, name = f"\\boxed{{{last_answer}}}", "submit_final_answer"
-            episode.step(DebateAction(role=role, content=content))
-            messages.append(_call(name, arguments))
-            messages.append({"role": "tool", "name": name, "content": render_instructions(observation(episode))})
-        messages.append({"role": "assistant", "content": "Done."})
-        conversations.append(messages)
-    return conversations
-
-
-def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int] | list[int] | None) -> str:
-    if wrong_answers is None:
-        return str(rng.randint(-50, 200))
-    low, high = wrong_answers
-    while (value := str(rng.randint(low, high))) == answer:
-        pass
-    return value
+    return TinyModelSpec(default_spec(seed), single_episodes=0, version=1, family="two_digit_sum",
+                         answer_accuracy=0.7, wrong_answers="near", worked=True, hint_fraction=0.5,
+                         warmup_seed_base=WARMUP_SEED_BASE, debates=1600, phrase_tokens=True, vocab_size=2048,
+                         sft_steps=1000, sft_schedule_steps=1000)
 
 
 def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phrase_tokens: bool = False):
@@ -219,6 +153,16 @@ def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any])
     i = 2
     while i < len(messages):
         message = messages[i]
+        if message.get(HINT_MESSAGE):  # a hint before the next turn, laid out as SDPO's teacher context
+            from trainer_client.losses.hint_distillation import hint_message_ids
+
+            generation_prompt, inserted = hint_message_ids(tokenizer, message["content"], chat_template=template)
+            if ids[len(ids) - len(generation_prompt):] != generation_prompt:
+                raise ValueError("a hint must follow a generation prompt (the prompt or a tool result)")
+            ids, mask = ids[: len(ids) - len(generation_prompt)] + inserted, mask[: len(mask) - len(generation_prompt)]
+            mask = mask + [0] * len(inserted)
+            i += 1
+            continue
         if message.get("tool_calls"):
             call = message["tool_calls"][0]["function"]
             text = ('<tool_call>\n{"name": "' + call["name"] + '", "arguments": ' + json.dumps(call["arguments"])
@@ -350,7 +294,9 @@ def _warm_up_conversations(spec: TinyModelSpec) -> tuple[list[list[dict[str, Any
     def play(n: int, seed: int, seed_base: int, mode: str) -> list[list[dict[str, Any]]]:
         return synthetic_debates(n, seed, family=spec.get("family"), answer_accuracy=spec.get("answer_accuracy", 0.5),
                                  wrong_answers=spec.get("wrong_answers"), seed_base=seed_base,
-                                 worked=spec.get("worked", False), restate=spec.get("restate", False), mode=mode)
+                                 worked=spec.get("worked", False), restate=spec.get("restate", False), mode=mode,
+                                 hint_fraction=spec.get("hint_fraction", 0.0),
+                                 verdict_accuracy=spec.get("verdict_accuracy", 0.5))
 
     debates = play(spec["debates"], spec["seed"], first_seed, "debate")
     n_single = spec.get("single_episodes", 0)
@@ -440,9 +386,25 @@ def tiny_model_main(out_dir: str) -> int:
 
 
 def tiny_model_path(name: str, parent: Path) -> Path:
-    """Build (or reuse) the offline tiny model ``name`` (a key of ``TINY_MODELS``) under ``parent``
-    (``parent/tiny-model`` for ``tiny``, ``parent/tiny-learning`` for ``tiny-learning``)."""
+    """Build (or reuse) the offline tiny model ``name`` under ``parent``: a key of ``TINY_MODELS``
+    (``parent/tiny-model`` for ``tiny``, ``parent/<name>`` for the others), or ``<key>@<seed>``,
+    the same recipe warmed up with another seed (``parent/<key>@<seed>``; the tiny models'
+    default trace-replay teachers, :func:`trainer_client.config.tiny_model_teachers`).
+
+    Raises:
+        KeyError: an unknown name.
+        ValueError: a seed that is not an integer.
+    """
     from trainer_client.config import TINY_MODELS
 
-    spec = globals()[TINY_MODELS[name]]()
+    key, _, seed = name.partition("@")
+    spec = globals()[TINY_MODELS[key]](int(seed)) if seed else globals()[TINY_MODELS[key]]()
     return build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
+
+
+def is_tiny_model_name(name: str | None) -> bool:
+    """Whether ``name`` names an offline tiny model (a ``TINY_MODELS`` key, or ``<key>@<seed>``)."""
+    from trainer_client.config import TINY_MODELS
+
+    key, _, seed = (name or "").partition("@")
+    return key in TINY_MODELS and (not seed or seed.isdigit())

@@ -19,8 +19,7 @@ import yaml
 
 from env_server import cli as server_cli
 from env_server.client.replicas import parse_urls
-from trainer_client.config import TINY_MODELS
-from trainer_client.experiments.tiny_model import tiny_model_path
+from trainer_client.experiments.tiny_model import is_tiny_model_name, tiny_model_path
 
 __all__ = ["load_model", "rank_path", "run_training"]
 
@@ -37,8 +36,15 @@ def load_model(name: str, output_dir: Path):
     """(model, tokenizer) for a hub id or path, or the offline tiny model for ``"tiny"``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path: str | Path = tiny_model_path(name, output_dir.parent) if name in TINY_MODELS else name
+    path: str | Path = tiny_model_path(name, output_dir.parent) if is_tiny_model_name(name) else name
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def resolve_tiny_teachers(teachers: Sequence[Any], parent: Path) -> list[Any]:
+    """``teachers`` with each ``hf`` teacher whose ``model`` names an offline tiny model
+    (``tiny-sums@1``...) pointed at its build under ``parent`` (built there if missing)."""
+    return [t.model_copy(update={"model": str(tiny_model_path(t.model, parent))})
+            if t.kind == "hf" and is_tiny_model_name(t.model) else t for t in teachers]
 
 
 def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -> Path:
@@ -125,7 +131,9 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
         from trainer_client.losses.pair_store import PairStore
         from trainer_client.losses.teachers import TeacherPool
 
-        teacher_pool = TeacherPool.from_configs(config.replay.teachers, problems=load_problem_source(config.problems),
+        with args.main_process_first(local=False, desc="building the tiny teachers"):
+            teachers = resolve_tiny_teachers(config.replay.teachers, output_dir.parent)
+        teacher_pool = TeacherPool.from_configs(teachers, problems=load_problem_source(config.problems),
                                                 budget_per_step=config.replay.budget_per_step,
                                                 max_workers=config.replay.max_workers)
         pair_store = PairStore(rank_path(Path(config.replay.pairs_path or output_dir / "replay_pairs.jsonl"),

@@ -47,15 +47,18 @@ def test_a_single_arm_trains_in_single_mode(tmp_path):
     assert all(c.max_steps == 3 and c.learning_rate == 1e-4 and c.max_rounds == 1 for c in configs)
     assert configs[2].shuffle_rewards and not configs[0].shuffle_rewards
 
-    # the README's 4-arm command: the replay arms get the tiny model's teachers although the
-    # run's model is the built model's path (they used to stop at "needs at least 2 teachers")
+    # the README's 4-arm command: the replay arms get the tiny model's (built) default teachers
+    # although the run's model is the built model's path (they used to stop at "needs at least 2
+    # teachers"); they are never oracles, so no arm is gold-supervised
+    built = [{"name": f"tiny-sums@{k}", "kind": "hf", "model": str(tmp_path / f"tiny-sums@{k}"), "layout": "tools"}
+             for k in (1, 2, 3)]
     for name in ("baseline", "sdpo", "replay", "full"):
         [arm] = plan_arms([name], args.shaping, ["debate"], shuffled_control=False)
         config = load_config(None, arm.preset, run_overrides(
-            arm, 0, args, model_path=tmp_path / "tiny-learning", env_url="http://127.0.0.1:1", run_dir=tmp_path / name,
-            problems="gen:single_digit_sum", default_max_rounds=True, tiny=True))
-        assert [t.name for t in config.replay.teachers] == ["oracle-a", "oracle-b"]
-        assert config.gold_supervised == (config.replay.beta > 0)
+            arm, 0, args, model_path=tmp_path / "tiny-sums", env_url="http://127.0.0.1:1", run_dir=tmp_path / name,
+            problems="gen:two_digit_sum", default_max_rounds=True, tiny=True, default_teachers=built))
+        assert [t.name for t in config.replay.teachers] == ["tiny-sums@1", "tiny-sums@2", "tiny-sums@3"]
+        assert not config.gold_supervised
 
     args.overrides = {"mode": "debate"}
     with pytest.raises(ValueError, match="use --modes"):
@@ -273,3 +276,44 @@ def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):
     metrics.write_text("".join(json.dumps({"step": s, "debate/reward/solver": float(s % 2), "loss/grpo": 0.1}) + "\n"
                                for s in range(1, 31)))
     assert plot_metrics(metrics, tmp_path / "plot.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(600)
+def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wrong(tiny_model_dir, tmp_path):
+    """``mathdebate ablate --arms baseline sdpo replay full --seeds 1`` for real at a tiny size
+    (2 steps, 6 evaluation problems of the content-split family) with two local ``hf`` teachers in
+    the tool layout (no oracle): every arm trains and is evaluated, and ``summary.json`` holds the
+    hint probe and, for the replay arms, each teacher's accuracy, the agreement rate, the pair
+    precision and the pairs per step."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "ablate"
+    teachers = ("[" + ", ".join(f"{{name: t{k}, kind: hf, model: '{tiny_model_dir}', layout: tools, max_tokens: 48}}"
+                                for k in (1, 2)) + "]")
+    settings = {"per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 160,
+                "replay.teachers": teachers, "replay.budget_per_step": 8, "logging_steps": 1}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer_client.cli", "ablate", "--arms", "baseline", "sdpo", "replay", "full",
+         "--seeds", "1", "--max-steps", "2", "--model", tiny_model_dir, "--problems", "gen:two_digit_sum",
+         "--heldout", "6", "--pass-k", "0", "--controls", "static", "--split", "validation",
+         "--output-dir", str(out), *[arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]],
+        cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=560)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["arms"]) == {"baseline", "sdpo", "replay", "full"}
+    assert summary["protocol"]["split"] == "validation"
+    assert summary["protocol"]["heldout_seeds"][0] == 1_000_500_000  # validation problems
+    probe = summary["protocol"]["hint_probe"]
+    assert probe["problems"] == 6 and {"logp_gain", "accuracy_hinted", "accuracy_unhinted"} <= set(probe)
+    for name, arm in summary["arms"].items():
+        assert not arm["gold_supervised"] and arm["steps"] == [2] and arm["rl_seconds"][0] > 0
+        [figures] = arm["replay_by_seed"]
+        if name in ("baseline", "sdpo"):
+            assert figures == {}
+            continue
+        assert set(figures["teacher_accuracy"]) == {"t1", "t2"}
+        assert all(0.0 <= a <= 1.0 for a in figures["teacher_accuracy"].values())
+        assert figures["agreement"] is not None and figures["pairs_per_step"] >= 0
+        assert "pair_precision" in figures
