@@ -362,6 +362,12 @@ TINY_ABLATION_SETTINGS: dict[str, Any] = {
     "learning_rate": 3e-4,
     "unfinished_debate_reward": 0.0,
     "logging_steps": 1,
+    # trace replay on CPU: the tiny teachers generate on the same 2 cores as training, so few
+    # calls per step (two replayed turns x 3 teachers) on one thread; RPO's NLL term at the RPO
+    # paper's alpha = 1 (pure DPO saturated in the first protocol: docs/ablation)
+    "replay.budget_per_step": 6,
+    "replay.max_workers": 1,
+    "replay.rpo_alpha": 1.0,
     "dataset_size": 4096,
 }
 

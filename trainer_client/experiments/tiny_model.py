@@ -108,7 +108,7 @@ def sums_spec(seed: int = 0) -> TinyModelSpec:
     from env_server.debate.problems.splits import WARMUP_SEED_BASE
 
     return TinyModelSpec(default_spec(seed), single_episodes=0, version=1, family="two_digit_sum",
-                         answer_accuracy=0.7, wrong_answers="near", worked=True, hint_fraction=0.5,
+                         answer_accuracy=0.7, wrong_answers="near", worked=True, hint_fraction=0.25,
                          warmup_seed_base=WARMUP_SEED_BASE, debates=1600, phrase_tokens=True, vocab_size=2048,
                          sft_steps=1000, sft_schedule_steps=1000)
 
