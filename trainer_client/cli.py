@@ -157,13 +157,15 @@ def _print_heldout(config, output_dir: Path, n: int) -> None:
     from env_server.debate.problems import load_problem_source
     from trainer_client.config import TINY_MODELS
     from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.experiments.reporting import weight_bars_off
     from trainer_client.experiments.tiny_model import tiny_model_path
 
     source, seeds = load_problem_source(config.problems), heldout_seeds(n)
     start = tiny_model_path(config.model, output_dir.parent) if config.model in TINY_MODELS else config.model
     reports = {}
     for name, path in (("before", start), ("after", output_dir / "final")):
-        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        with weight_bars_off():
+            model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
         reports[name] = evaluate_first_answers(model, tokenizer, source, seeds, max_rounds=config.max_rounds or 1)
     b, a = reports["before"], reports["after"]
     print(f"held-out first-answer accuracy on {n} problems (greedy): before {100 * b.accuracy:.1f}% -> after "
