@@ -1,4 +1,5 @@
-"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model``, ``demo`` and ``ablate``.
+"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model``, ``demo``,
+``ablate``, ``eval`` and ``export``.
 
 - ``mathdebate train --config PATH --preset baseline|sdpo|replay|full --env-url URL --max-steps N
   --output-dir DIR [--model ID_OR_PATH] [-o key=value ...]``
@@ -217,14 +218,15 @@ def add_commands(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``mathdebate``: the server's commands go to ``env_server.cli`` alone (no trainer import,
     no torch); the others add the trainer's commands (``train``, ``tiny-model``, ``demo``,
-    ``ablate``, ``eval``)."""
+    ``ablate``, ``eval``, ``export``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in SERVER_COMMANDS:
         return server_cli.main(args)
     from trainer_client.evaluation.command import add_eval_command
     from trainer_client.experiments.ablate import add_ablate_command
+    from trainer_client.export.command import add_export_command
 
-    return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command])
+    return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command, add_export_command])
 
 
 if __name__ == "__main__":
