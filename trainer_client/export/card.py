@@ -1,7 +1,10 @@
 """The dataset card (``README.md`` of an export): where the data came from, whether it is
 gold-supervised, what each dataset's rows are and how to load them. Front matter in the Hugging
-Face card format; with ``--format parquet`` it names each dataset as a config, so
-``datasets.load_dataset(DIR, "sft")`` loads it."""
+Face card format; with ``--format parquet`` it names each dataset as a config (the Hub's way to
+list them once the folder is uploaded). Locally the card says to load a file by its path
+(``load_dataset("parquet", data_files=...)``): ``load_dataset(DIR, "sft")`` keys its cache on the
+folder and the config, and with datasets 5.2 it returned the rows of an earlier export into a
+folder of the same name (measured here; the cache of a local file is keyed on its mtime)."""
 
 from __future__ import annotations
 
@@ -96,7 +99,7 @@ def dataset_card(reports: Sequence[SourceReport], datasets: dict[str, list[dict[
     lines += [f"- {gold_statement(name, rows)}" for name, rows in datasets.items()]
     lines += ["", "## Datasets", ""]
     for name, rows in datasets.items():
-        load = (f"datasets.load_dataset(DIR, {name!r}, split='train')" if fmt == "parquet"
+        load = (f"datasets.load_dataset('parquet', data_files='DIR/{name}.parquet', split='train')" if fmt == "parquet"
                 else f"datasets.load_from_disk('DIR/{name}')")
-        lines += [f"### {name} ({len(rows)} rows)", "", DATASET_NOTES[name], "", f"Load: `{load}`", ""]
+        lines += [f"### {name} ({len(rows)} rows)", "", DATASET_NOTES[name], "", f"Load (DIR: this folder): `{load}`", ""]
     return "\n".join(lines)
