@@ -1,4 +1,5 @@
-"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model``, ``demo`` and ``ablate``.
+"""The ``mathdebate`` entry point: the server's commands plus ``train``, ``tiny-model``, ``demo``,
+``ablate``, ``eval`` and ``export``.
 
 - ``mathdebate train --config PATH --preset baseline|sdpo|replay|full --env-url URL --max-steps N
   --output-dir DIR [--model ID_OR_PATH] [-o key=value ...]``
@@ -157,13 +158,15 @@ def _print_heldout(config, output_dir: Path, n: int) -> None:
     from env_server.debate.problems import load_problem_source
     from trainer_client.config import TINY_MODELS
     from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.experiments.reporting import weight_bars_off
     from trainer_client.experiments.tiny_model import tiny_model_path
 
     source, seeds = load_problem_source(config.problems), heldout_seeds(n)
     start = tiny_model_path(config.model, output_dir.parent) if config.model in TINY_MODELS else config.model
     reports = {}
     for name, path in (("before", start), ("after", output_dir / "final")):
-        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        with weight_bars_off():
+            model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
         reports[name] = evaluate_first_answers(model, tokenizer, source, seeds, max_rounds=config.max_rounds or 1)
     b, a = reports["before"], reports["after"]
     print(f"held-out first-answer accuracy on {n} problems (greedy): before {100 * b.accuracy:.1f}% -> after "
@@ -215,14 +218,15 @@ def add_commands(sub: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``mathdebate``: the server's commands go to ``env_server.cli`` alone (no trainer import,
     no torch); the others add the trainer's commands (``train``, ``tiny-model``, ``demo``,
-    ``ablate``, ``eval``)."""
+    ``ablate``, ``eval``, ``export``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in SERVER_COMMANDS:
         return server_cli.main(args)
     from trainer_client.evaluation.command import add_eval_command
     from trainer_client.experiments.ablate import add_ablate_command
+    from trainer_client.export.command import add_export_command
 
-    return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command])
+    return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command, add_export_command])
 
 
 if __name__ == "__main__":

@@ -168,7 +168,10 @@ def _step_bar_callback(bar: Any) -> Any:
 def _load(path: str | Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    from trainer_client.experiments.reporting import weight_bars_off
+
+    with weight_bars_off():  # under the runs and steps bars
+        return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
 def _run_means(curve: list[dict[str, float]]) -> dict[str, float]:
@@ -396,6 +399,7 @@ def _sft_control(model_path: str | Path, problems: str | None, seed: int, second
                  seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float],
                  dataset_size: int) -> RunResult:
     """Supervised fine-tuning on gold debates of the RL training problems for ``seconds``."""
+    from trainer_client.experiments.reporting import weight_bars_off
     from trainer_client.experiments.sft import supervised_fine_tune
 
     run_dir = out / "runs" / "sft" / f"seed{seed}"
@@ -404,7 +408,8 @@ def _sft_control(model_path: str | Path, problems: str | None, seed: int, second
     steps = supervised_fine_tune(model, tokenizer, problems, seed, min(dataset_size, SFT_CONTROL_DEBATES),
                                  seconds=seconds, seed=seed)
     elapsed = time.perf_counter() - start
-    model.save_pretrained(run_dir / "final")
+    with weight_bars_off():
+        model.save_pretrained(run_dir / "final")
     tokenizer.save_pretrained(run_dir / "final")
     result = _evaluate_run("sft", seed, run_dir, elapsed, True, source, seeds_heldout, eval_kwargs, eval_seconds)
     result.steps = steps

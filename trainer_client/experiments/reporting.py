@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
+from transformers.utils import logging as transformers_logging
 
 __all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "plot_metrics",
-           "write_ablation_report"]
+           "weight_bars_off", "write_ablation_report"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
 """The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
@@ -48,6 +50,30 @@ class QuietProgressCallback(ProgressCallback):
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         return None
+
+
+@contextmanager
+def weight_bars_off() -> Iterator[None]:
+    """transformers' own per-call progress bars off inside the block, back as they were after it:
+    ``Loading weights`` (every ``from_pretrained``) and ``Writing model shards`` (every
+    ``save_pretrained``, checkpoints and ``save_model`` included).
+
+    transformers 5.x draws one for each load and save and has no per-call switch (5.24:
+    ``core_model_loading.py`` and ``modeling_utils.save_pretrained`` use
+    ``transformers.utils.logging.tqdm``), so a run that loads and saves the policy under its own
+    bars (the training bar, ``ablate``'s runs and steps bars, the demo's held-out evaluation)
+    printed a pair of bars per call. This turns them off with transformers' public switch
+    (``utils.logging.disable_progress_bar``; the training bar is plain ``tqdm`` and stays).
+    The switch is process-wide: a load in another thread during the block (a teacher model)
+    is quiet too. A Hub download's bar (``huggingface_hub``'s own) is not affected.
+    """
+    was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            transformers_logging.enable_progress_bar()
 
 
 #: Window of the trailing mean drawn over per-step rewards (:func:`plot_metrics`).

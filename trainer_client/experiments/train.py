@@ -54,9 +54,19 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
     ``save_steps``) and the final model (``final/``) into ``config.output_dir``. ``callbacks``
     are extra ``transformers.TrainerCallback`` objects (e.g. an outer progress bar).
 
+    transformers' own bars of each model load and save are off during the run
+    (:func:`~trainer_client.experiments.reporting.weight_bars_off`): the training bar is the one shown.
+
     Raises:
         ConnectionError: the env server does not answer.
     """
+    from trainer_client.experiments.reporting import weight_bars_off
+
+    with weight_bars_off():
+        return _run_training(config, progress, callbacks)
+
+
+def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL
     import torch
     from datasets import Dataset
