@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import trl
@@ -254,7 +254,7 @@ def reference_adapter(model: torch.nn.Module) -> Iterator[None]:
     from trl.trainer.utils import use_adapter
 
     config = getattr(model, "peft_config", {})
-    with use_adapter(model, adapter_name="ref" if "ref" in config else None):
+    with use_adapter(cast("Any", model), adapter_name="ref" if "ref" in config else None):  # a PeftModel when called
         yield
 
 

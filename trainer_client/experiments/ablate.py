@@ -34,10 +34,18 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer_client.experiments.ablate_runs import (
+    RunResult,
+    clear_unfinished,
+    load_run,
+    model_identity,
+    run_protocol_hash,
+    save_run,
+)
 from trainer_client.experiments.run_figures import replay_figures, static_controls
 
 __all__ = [
@@ -117,27 +125,6 @@ def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[s
     if shuffled_control:
         arms.append(Arm("baseline", "identity", modes[0], shuffle_rewards=True))
     return arms
-
-
-@dataclass
-class RunResult:
-    """One (arm, seed) run: its training figures and its held-out result."""
-
-    arm: str
-    seed: int
-    rl_seconds: float
-    steps: int
-    gold_supervised: bool
-    curve: list[dict[str, float]]
-    means: dict[str, float]
-    pairs_stored: float
-    heldout: dict[str, Any]
-    correct: list[bool] = field(repr=False, default_factory=list)
-    #: the episode mode it trained and was evaluated in (its gain is against the starting
-    #: policy evaluated in the same mode)
-    mode: str = "debate"
-    #: trace replay's teachers and pairs (:func:`replay_figures`; empty without replay)
-    replay: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- running
@@ -266,6 +253,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
     log.info("hint probe (validation): %s", hint_probe)
 
     results: list[RunResult] = []
+    # what every run's protocol hash includes besides its config (ablate_runs.run_protocol_hash)
+    evaluation = {"seeds": [seeds_heldout[0], len(seeds_heldout)], **eval_kwargs}
     sft_control = "sft" in args.controls and gold_debate_family(problems) is not None
     if "sft" in args.controls and not sft_control:
         log.warning("no SFT control: it builds gold debates from a one-family generator source (gen:<family>), "
@@ -287,19 +276,40 @@ def run_ablation(args: argparse.Namespace) -> Path:
                     arm, seed, args, model_path=model_path, env_url=url, run_dir=run_dir, problems=problems,
                     default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS,
                     default_teachers=default_teachers))
-                steps_bar.reset(total=config.max_steps)
-                start = time.perf_counter()
-                run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
-                rl_seconds = time.perf_counter() - start
-                results.append(_evaluate_run(arm.name, seed, run_dir, rl_seconds, config.gold_supervised, source,
-                                             seeds_heldout, eval_kwargs | {"mode": arm.mode}, eval_seconds))
+                run_settings = {"config": config.model_dump(mode="json", exclude={"output_dir", "env_url"}),
+                                "model": model_identity(model_path), "problems": problems, "evaluation": evaluation}
+                run_hash = run_protocol_hash(run_settings)
+                reused = load_run(run_dir, run_hash)
+                if reused is None:
+                    clear_unfinished(run_dir)
+                    steps_bar.reset(total=config.max_steps)
+                    start = time.perf_counter()
+                    run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
+                    rl_seconds = time.perf_counter() - start
+                    result = _evaluate_run(arm.name, seed, run_dir, rl_seconds, config.gold_supervised, source,
+                                           seeds_heldout, eval_kwargs | {"mode": arm.mode}, eval_seconds)
+                    save_run(run_dir, result, run_hash, run_settings)
+                else:
+                    log.info("%s seed %d: reused the finished run in %s", arm.name, seed, run_dir)
+                    result = reused
+                results.append(result)
                 runs_bar.update(1)
             if sft_control and seed < control_seeds:
                 runs_bar.set_postfix_str(f"sft seed {seed}")
                 baseline_seconds = next((r.rl_seconds for r in results if r.arm == "baseline" and r.seed == seed),
                                         None) or next(r.rl_seconds for r in results if r.seed == seed)
-                results.append(_sft_control(model_path, problems, seed, baseline_seconds, out, source, seeds_heldout,
-                                            eval_kwargs, eval_seconds, base.dataset_size))
+                sft_dir = out / "runs" / "sft" / f"seed{seed}"
+                sft_settings = {"control": "sft", "seed": seed, "seconds": baseline_seconds, "problems": problems,
+                                "model": model_identity(model_path), "dataset_size": base.dataset_size,
+                                "evaluation": evaluation}
+                sft_hash = run_protocol_hash(sft_settings)
+                sft_result = load_run(sft_dir, sft_hash)
+                if sft_result is None:
+                    clear_unfinished(sft_dir)
+                    sft_result = _sft_control(model_path, problems, seed, baseline_seconds, out, source, seeds_heldout,
+                                              eval_kwargs, eval_seconds, base.dataset_size)
+                    save_run(sft_dir, sft_result, sft_hash, sft_settings)
+                results.append(sft_result)
                 runs_bar.update(1)
     runs_bar.close()
     steps_bar.close()

@@ -196,6 +196,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             "gold_supervised": any(r.gold_supervised for r in runs),
             "pairs_stored": [r.pairs_stored for r in runs],
             "replay_by_seed": [r.replay for r in runs],
+            "reused_by_seed": [r.reused for r in runs],
             "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
         }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

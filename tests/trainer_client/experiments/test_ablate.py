@@ -284,7 +284,8 @@ def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wro
     (2 steps, 6 evaluation problems of the content-split family) with two local ``hf`` teachers in
     the tool layout (no oracle): every arm trains and is evaluated, and ``summary.json`` holds the
     hint probe and, for the replay arms, each teacher's accuracy, the agreement rate, the pair
-    precision and the pairs per step."""
+    precision and the pairs per step. Given again, the command reuses every finished run; with
+    another protocol (more steps) in the same folder it is refused in one line."""
     import subprocess
     import sys
     from pathlib import Path
@@ -294,13 +295,31 @@ def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wro
                                 for k in (1, 2)) + "]")
     settings = {"per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 160,
                 "replay.teachers": teachers, "replay.budget_per_step": 8, "logging_steps": 1}
-    done = subprocess.run(
-        [sys.executable, "-m", "trainer_client.cli", "ablate", "--arms", "baseline", "sdpo", "replay", "full",
-         "--seeds", "1", "--max-steps", "2", "--model", tiny_model_dir, "--problems", "gen:two_digit_sum",
-         "--heldout", "6", "--pass-k", "0", "--controls", "static", "--split", "validation",
-         "--output-dir", str(out), *[arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]],
-        cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=560)
+
+    def ablate(max_steps: int) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "trainer_client.cli", "ablate", "--arms", "baseline", "sdpo", "replay", "full",
+             "--seeds", "1", "--max-steps", str(max_steps), "--model", tiny_model_dir, "--problems", "gen:two_digit_sum",
+             "--heldout", "6", "--pass-k", "0", "--controls", "static", "--split", "validation",
+             "--output-dir", str(out), *[arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]],
+            cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=560)
+
+    done = ablate(2)
     assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads((out / "summary.json").read_text())
+    assert all(arm["reused_by_seed"] == [False] for arm in first["arms"].values())
+    # the same command again (a later sitting): every finished run is reused, none retrained
+    again = ablate(2)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("reused the finished run") == 4
+    second = json.loads((out / "summary.json").read_text())
+    for name, arm in second["arms"].items():
+        assert arm["reused_by_seed"] == [True] and arm["accuracy_after"] == first["arms"][name]["accuracy_after"]
+        assert arm["rl_seconds"] == first["arms"][name]["rl_seconds"]
+    # another protocol in the same folder is refused in one line, before anything trains
+    other = ablate(3)
+    assert other.returncode == 2 and "holds a run of another protocol" in other.stderr
+    assert "Traceback" not in other.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["arms"]) == {"baseline", "sdpo", "replay", "full"}
     assert summary["protocol"]["split"] == "validation"
