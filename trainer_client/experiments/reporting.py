@@ -199,9 +199,31 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             "reused_by_seed": [r.reused for r in runs],
             "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
         }
+    summary["effects"] = channel_effects(arms)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
     (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
+
+
+def channel_effects(arms: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """The loss channels' paired effects on held-out accuracy (:data:`~trainer_client.experiments.stats.CHANNEL_CONTRASTS`,
+    :func:`~trainer_client.experiments.stats.contrast`) over the seeds every arm of a contrast
+    has: ``{name: {"mean", "by_seed_ci95", "by_problem_ci95", "seeds"}}`` (fractions); contrasts
+    whose arms did not all run are left out."""
+    from trainer_client.experiments.stats import CHANNEL_CONTRASTS, contrast
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, weights in CHANNEL_CONTRASTS.items():
+        if not all(a in arms for a in weights):
+            continue
+        seeds = sorted(set.intersection(*({r.seed for r in arms[a]} for a in weights)))
+        if not seeds:
+            continue
+        correct = {a: [next(r.correct for r in arms[a] if r.seed == s) for s in seeds] for a in weights}
+        effect = contrast(correct, weights)
+        out[name] = {"mean": effect.by_seed.mean, "by_seed_ci95": [effect.by_seed.low, effect.by_seed.high],
+                     "by_problem_ci95": [effect.by_problem.low, effect.by_problem.high], "seeds": seeds}
+    return out
 
 
 def _control_seeds_note(protocol: dict[str, Any]) -> str:
@@ -264,6 +286,32 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
             detail = control.get("answer", control.get("which", ""))
             lines.append(f"| {name} ({detail}) | {_pct(control['accuracy'])} |")
         lines.append("")
+    if summary.get("effects"):
+        lines += ["## Loss-channel effects (held-out accuracy, points; paired 95% intervals)", "",
+                  "| contrast | mean | over seeds | over problems | seeds |", "|---|---|---|---|---|"]
+        for name, effect in summary["effects"].items():
+            seed_ci, problem_ci = effect["by_seed_ci95"], effect["by_problem_ci95"]
+            lines.append(f"| {name} | {100 * effect['mean']:+.1f} | [{100 * seed_ci[0]:+.1f}, {100 * seed_ci[1]:+.1f}] | "
+                         f"[{100 * problem_ci[0]:+.1f}, {100 * problem_ci[1]:+.1f}] | {len(effect['seeds'])} |")
+        lines.append("")
+    replay_rows = [(name, figures) for name, arm in summary["arms"].items()
+                   for figures in arm.get("replay_by_seed", []) if figures]
+    if replay_rows:
+        lines += ["## Trace replay: teachers and pairs (per run)", "",
+                  "| arm | teacher accuracy | agreement | pair precision | pairs/step | held-out pair accuracy |",
+                  "|---|---|---|---|---|---|"]
+        for name, figures in replay_rows:
+            teachers = ", ".join(f"{t} {_pct(a)}" for t, a in figures["teacher_accuracy"].items())
+            lines.append(f"| {name} | {teachers} | {_pct(figures.get('agreement'))} | {_pct(figures.get('pair_precision'))} | "
+                         f"{figures.get('pairs_per_step', 0):.2f} | {_pct(figures.get('heldout_pair_accuracy'))} |")
+        lines.append("")
+    probe = summary["protocol"].get("hint_probe")
+    if probe:
+        lines += ["## Hint reading of the starting policy (validation problems)", "",
+                  f"At {probe['sites']} error sites of {probe['problems']} problems, the hint changes the log-probability "
+                  f"of the correct turn by {probe['logp_gain']:+.3f} nats per token (higher at {_pct(probe['share_higher'])} "
+                  f"of the sites); greedy accuracy {_pct(probe['accuracy_unhinted'])} without the hint, "
+                  f"{_pct(probe['accuracy_hinted'])} with it.", ""]
     lines += ["## Per-role rewards during training (mean over steps and seeds)", "",
               "| arm | solver | verifier | judge accuracy | episode reward |", "|---|---|---|---|---|"]
     for name, arm in summary["arms"].items():

@@ -18,12 +18,12 @@ the held-out set, and which seed the run had. Both are reported:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Interval", "PairedGain", "mean_interval", "paired_gain"]
+__all__ = ["CHANNEL_CONTRASTS", "Interval", "PairedGain", "contrast", "mean_interval", "paired_gain"]
 
 
 @dataclass(frozen=True)
@@ -100,3 +100,38 @@ def paired_gain(before: Sequence[bool] | np.ndarray, after: Sequence[Sequence[bo
     by_seed = mean_interval(a.mean(axis=1) - b.mean(), confidence)
     by_problem = mean_interval(a.mean(axis=0) - b, confidence)
     return PairedGain(by_seed, by_problem)
+
+
+def contrast(arms: Mapping[str, Sequence[Sequence[bool]] | np.ndarray], weights: Mapping[str, float],
+             confidence: float = 0.95) -> PairedGain:
+    """A paired contrast between arms trained on the same seeds and evaluated on the same problems.
+
+    With ``C[a]`` the ``(S, N)`` correctness of arm ``a`` (seed ``s`` of every arm paired: the
+    same warm-up, seed and problems), the contrast is ``D = Σ_a w_a · C[a]``: e.g. ``{full: 1,
+    baseline: -1}`` for a channel's effect, ``{full: 1, sdpo: -1, replay: -1, baseline: 1}`` for
+    the interaction of two channels (the full arm's gain beyond the sum of the single channels').
+    Intervals as in :func:`paired_gain`: over seeds, the mean over problems of ``D``; over
+    problems, the mean over seeds of ``D``.
+
+    Raises:
+        ValueError: an arm named in ``weights`` that is missing, or shapes that differ.
+    """
+    missing = [a for a in weights if a not in arms]
+    if missing:
+        raise ValueError(f"contrast needs arms {missing}")
+    stacked = {a: np.asarray(arms[a], dtype=np.float64) for a in weights}
+    shapes = {c.shape for c in stacked.values()}
+    if len(shapes) != 1 or next(iter(shapes))[0] == 0 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"every arm must be (S, N) with the same S >= 1 and N; got {sorted(shapes)}")
+    d = sum(w * stacked[a] for a, w in weights.items())
+    assert isinstance(d, np.ndarray)
+    return PairedGain(mean_interval(d.mean(axis=1), confidence), mean_interval(d.mean(axis=0), confidence))
+
+
+#: The factorial contrasts of the four loss-channel arms (name -> weights).
+CHANNEL_CONTRASTS: dict[str, dict[str, float]] = {
+    "sdpo - baseline": {"sdpo": 1.0, "baseline": -1.0},
+    "replay - baseline": {"replay": 1.0, "baseline": -1.0},
+    "full - baseline": {"full": 1.0, "baseline": -1.0},
+    "interaction (full - sdpo - replay + baseline)": {"full": 1.0, "sdpo": -1.0, "replay": -1.0, "baseline": 1.0},
+}

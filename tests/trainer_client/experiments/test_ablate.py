@@ -336,3 +336,24 @@ def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wro
         assert all(0.0 <= a <= 1.0 for a in figures["teacher_accuracy"].values())
         assert figures["agreement"] is not None and figures["pairs_per_step"] >= 0
         assert "pair_precision" in figures
+
+
+def test_channel_contrasts_are_paired_by_seed_and_problem():
+    """Hand-computed: 2 seeds x 3 problems. full - baseline per seed: (2/3 - 1/3, 3/3 - 1/3) =
+    (1/3, 2/3), mean 1/2; per problem (seeds averaged): (0.5, 0.5, 0.5). The interaction
+    full - sdpo - replay + baseline is 0 where the channels add up exactly."""
+    from trainer_client.experiments.stats import CHANNEL_CONTRASTS, contrast
+
+    baseline = [[1, 0, 0], [0, 1, 0]]
+    full = [[1, 1, 0], [1, 1, 1]]
+    effect = contrast({"full": full, "baseline": baseline}, {"full": 1.0, "baseline": -1.0})
+    assert effect.by_seed.mean == pytest.approx(0.5)
+    assert effect.by_problem.mean == pytest.approx(0.5) and effect.by_problem.low == pytest.approx(0.5)
+    sdpo = [[1, 1, 0], [0, 1, 0]]  # + problem 1 on seed 0
+    replay = [[1, 0, 0], [1, 1, 1]]  # + problems 0 and 2 on seed 1
+    names = "interaction (full - sdpo - replay + baseline)"
+    interaction = contrast({"full": full, "sdpo": sdpo, "replay": replay, "baseline": baseline},
+                           CHANNEL_CONTRASTS[names])
+    assert interaction.by_seed.mean == pytest.approx(0.0) and interaction.by_problem.mean == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="needs arms"):
+        contrast({"full": full}, {"full": 1.0, "baseline": -1.0})
