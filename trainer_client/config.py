@@ -51,10 +51,11 @@ def tiny_model_teachers(model: str) -> list[dict[str, Any]]:
     """The teachers of trace replay when the model is an offline tiny model and none are
     configured: teachers that can be wrong, never oracles. Three local ``hf`` models asked in the
     tool layout the policy was trained in, each the policy's own recipe (warm-up data of the
-    warm-up split only, the same stop rule) with another seed (``<model>@1..3``, built by
-    ``tiny_model_path``): about as accurate as the starting policy, so a pair (two of them
-    agreeing against the student) carries what the policy could know, not the reference solution.
-    Greedy, at most 128 new tokens."""
+    warm-up split only, never validation or held-out problems) with another seed and a warm-up
+    half as long again (``<model>@1..3``, ``tiny_model.teacher_spec``): models of the policy's
+    kind, measured in the README against the starting policy, so a pair (two of them agreeing
+    against the student) carries what such a model knows, not the reference solution. Greedy,
+    at most 128 new tokens."""
     return [{"name": f"{model}@{seed}", "kind": "hf", "model": f"{model}@{seed}", "layout": "tools",
              "max_tokens": 128} for seed in TINY_TEACHER_SEEDS]
 

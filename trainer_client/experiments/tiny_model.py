@@ -36,6 +36,7 @@ __all__ = [
     "learning_spec",
     "rollout_tokens",
     "sums_spec",
+    "teacher_spec",
     "supervised_steps",
     "synthetic_debates",
     "tiny_model_main",
@@ -398,8 +399,27 @@ def tiny_model_path(name: str, parent: Path) -> Path:
     from trainer_client.config import TINY_MODELS
 
     key, _, seed = name.partition("@")
-    spec = globals()[TINY_MODELS[key]](int(seed)) if seed else globals()[TINY_MODELS[key]]()
+    spec = teacher_spec(key, int(seed)) if seed else globals()[TINY_MODELS[key]]()
     return build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
+
+
+#: How much longer a default teacher's warm-up runs than its policy's (same recipe otherwise).
+TEACHER_WARMUP_FACTOR = 1.5
+
+
+def teacher_spec(key: str, seed: int) -> TinyModelSpec:
+    """The spec of the tiny model ``<key>@<seed>``, a default trace-replay teacher
+    (:func:`trainer_client.config.tiny_model_teachers`): the recipe of ``key`` with another seed
+    and a warm-up :data:`TEACHER_WARMUP_FACTOR` times as long (steps and schedule). The same
+    recipe at the same length lands, with other seeds, far below the policy on ``tiny-sums``
+    (5%, 1% and 12% greedy on 200 validation problems against the policy's 44%: its stop rule
+    falls in a steep part of the warm-up curve), so its pairs taught mostly wrong answers."""
+    from trainer_client.config import TINY_MODELS
+
+    spec = globals()[TINY_MODELS[key]](seed)
+    steps = int(spec["sft_steps"] * TEACHER_WARMUP_FACTOR)
+    return TinyModelSpec(spec, sft_steps=steps,
+                         sft_schedule_steps=int(spec.get("sft_schedule_steps", spec["sft_steps"]) * TEACHER_WARMUP_FACTOR))
 
 
 def is_tiny_model_name(name: str | None) -> bool:

@@ -108,3 +108,13 @@ def test_tiny_models_default_teachers_are_never_oracles(model) -> None:
     assert not config.gold_supervised
     assert [t.model_dump(include={"name", "kind"}) for t in config.replay.teachers] == [
         {"name": t["name"], "kind": t["kind"]} for t in tiny_model_teachers(model)]
+
+
+def test_a_default_teacher_is_its_policys_recipe_with_another_seed_and_a_longer_warm_up() -> None:
+    from trainer_client.experiments.tiny_model import TEACHER_WARMUP_FACTOR, sums_spec, teacher_spec
+
+    policy, teacher = sums_spec(), teacher_spec("tiny-sums", 2)
+    assert teacher["seed"] == 2 and teacher["sft_steps"] == int(policy["sft_steps"] * TEACHER_WARMUP_FACTOR)
+    different = {k for k in policy if policy[k] != teacher[k]}
+    assert different == {"seed", "sft_steps", "sft_schedule_steps"}  # the same data recipe: warm-up split only
+    assert teacher["family"] == "two_digit_sum" and teacher["warmup_seed_base"] == policy["warmup_seed_base"]
