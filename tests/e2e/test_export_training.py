@@ -38,7 +38,8 @@ def exported(tiny_learning_dir, tmp_path_factory) -> dict[str, Any]:
     serve = ["--grading-workers", "1", "--problems", "gen:single_digit_sum", "--trajectory-log", str(log)]
     with running_server(serve) as url:
         assert main(["ablate", "--arms", "replay", "--seeds", "1", "--max-steps", "1", "--heldout", "1", "--pass-k", "0",
-                     "--no-controls", "--env-url", url, "--model", "tiny", "--output-dir", str(ablation)]) == 0
+                     "--no-controls", "--env-url", url, "--model", "tiny-learning", "--output-dir", str(ablation),
+                     "-o", "replay.teachers=[{name: oracle-a, kind: oracle}, {name: oracle-b, kind: oracle}]"]) == 0
     out = root / "export"
     assert main(["export", str(log), str(ablation), "--output-dir", str(out)]) == 0
     return {"out": out, "log": log, "ablation": ablation}

@@ -15,11 +15,12 @@ REPO = Path(__file__).resolve().parents[2]
 def test_two_processes_train_together_and_keep_their_own_files(server_url, tiny_model_dir, tmp_path) -> None:
     out = tmp_path / "run"
     # `--model tiny` builds under the output directory's parent unless an up-to-date build is
-    # there: reuse the suite's (the oracle teachers are the documented default for `tiny`)
+    # there: reuse the suite's; two oracle teachers (the default teachers would be built first)
     (tmp_path / "tiny-model").symlink_to(tiny_model_dir, target_is_directory=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "-m", "trainer_client.cli", "train", "--preset", "full", "--model", "tiny", "--env-url", server_url,
-               "--max-steps", "2", "--output-dir", str(out), "-o", "logging_steps=1"]
+               "--max-steps", "2", "--output-dir", str(out), "-o", "logging_steps=1",
+               "-o", "replay.teachers=[{name: oracle-a, kind: oracle}, {name: oracle-b, kind: oracle}]"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -215,7 +215,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
     # the tiny model's default teachers (replay arms, no teachers configured), built once under
     # the output directory, not once per run directory
     default_teachers = None
-    if base.model in TINY_MODELS and not base.replay.teachers and any(
+    if base.model in TINY_MODELS and not base.replay.teachers and "replay.teachers" not in args.overrides and any(
             PRESETS[arm.preset][1] > 0 for arm in arms):
         default_teachers = [t.model_dump(mode="json") for t in resolve_tiny_teachers(
             [TeacherConfig.model_validate(t) for t in tiny_model_teachers(base.model)], out)]
