@@ -75,7 +75,7 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
     from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
     from trainer_client.losses.functional import sequence_logps
     from trainer_client.losses.hint_distillation import hint_message_ids
-    from trainer_client.losses.replay_pairs import tool_call_message, tool_call_response_ids
+    from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
     from trainer_client.model.forward import pack_responses, response_logits
 
     if not seeds:
@@ -110,8 +110,9 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
             for j in chunk:
                 message = tool_call_message(Role.SOLVER, problems[j].solution)
                 assert message is not None, "a solver message always exists"
-                correct.append(tool_call_response_ids(tokenizer, message, chat_template=template,
-                                                      eos_token_id=tokenizer.eos_token_id))
+                rendered = tool_call_response_ids(tokenizer, message, chat_template=template,
+                                                  eos_token_id=tokenizer.eos_token_id)
+                correct.append(as_policy_writes(tokenizer, rendered, []))  # as a policy that does not reason
             logps = []
             for contexts in ([plain[j] for j in chunk], [hinted[j] for j in chunk]):
                 batch = pack_responses(contexts, correct, tokenizer.pad_token_id, device)

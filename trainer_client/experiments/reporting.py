@@ -91,8 +91,13 @@ def _trailing_mean(values: Sequence[float], window: int) -> list[float]:
     return out
 
 
+#: Trace replay's per-step figures (the third panel of the training plot when logged).
+REPLAY_KEYS = ("replay/chosen_logp", "replay/rejected_logp", "replay/heldout/chosen_logp", "replay/heldout/rejected_logp")
+
+
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
-    """Plot per-role rewards and the three loss channels against the step. With 10 steps or
+    """Plot per-role rewards, the three loss channels and, when logged, trace replay's chosen and
+    rejected log-probs (trained and held-out pairs) against the step. With 10 steps or
     more, each reward is drawn faint per step with its trailing mean over
     :data:`SMOOTHING_STEPS` steps on top (one batch holds only a few problems, so per-step
     rewards jump between 0 and 1).
@@ -115,8 +120,13 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     lines = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
     if not lines:
         raise ValueError(f"{metrics_path} holds no metrics")
-    fig, (rewards_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, keys, title in ((rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")):
+    replay = any(key in line for line in lines for key in REPLAY_KEYS)
+    fig, axes = plt.subplots(1, 3 if replay else 2, figsize=(16.5 if replay else 11, 4))
+    rewards_ax, loss_ax = axes[0], axes[1]
+    panels = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")]
+    if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
+        panels.append((axes[2], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
+    for ax, keys, title in panels:
         for key in keys:
             points = [(line["step"], line[key]) for line in lines if key in line]
             if not points:

@@ -29,10 +29,19 @@ from env_server.debate.answers import VERDICT_PATTERN, final_answer, parse_verdi
 from env_server.protocol.markers import Role
 from trainer_client.rollout.tools import TOOL_FOR_ROLE
 
-__all__ = ["cap_response", "rollout_pair_ids", "tool_call_message", "tool_call_response_ids", "verdict_and_critique"]
+__all__ = [
+    "as_policy_writes",
+    "cap_response",
+    "rollout_pair_ids",
+    "tool_call_message",
+    "tool_call_response_ids",
+    "verdict_and_critique",
+]
 
 #: the verdict marker as the server's parser reads it (``env_server.debate.answers.parse_verdict``)
 _VERDICT = re.compile(rf"(?:{VERDICT_PATTERN.pattern})[*_`\"']*", re.IGNORECASE)  # with its closing markup
+#: the empty reasoning block of Qwen3-style chat templates (see :func:`tool_call_response_ids`)
+_EMPTY_REASONING = "<think>\n\n</think>\n\n"
 #: the base conversation TRL renders single messages after (``_get_tool_suffix_ids``)
 _DUMMY_BASE = ({"role": "user", "content": "dummy"},)
 
@@ -112,9 +121,27 @@ def tool_call_response_ids(processor: Any, message: dict[str, Any], *, chat_temp
     delta = full[len(prefix):]
     if eos_token_id is not None and eos_token_id in delta:
         delta = delta[: len(delta) - delta[::-1].index(eos_token_id)]
+
     if not delta:
         raise ValueError("the chat template renders nothing for the assistant message")
     return delta
+
+
+def as_policy_writes(processor: Any, chosen_ids: Sequence[int], rejected_ids: Sequence[int]) -> list[int]:
+    """``chosen_ids`` in the format of the policy's own message ``rejected_ids``: an empty reasoning
+    block that a Qwen3-style template renders before an assistant message
+    (``<think>\n\n</think>\n\n``, not in the generation prompt) is dropped when the policy's own
+    message does not start with ``<think>``. The block is the template's rendering of "no
+    reasoning"; a policy that does not reason never writes it, and left in, the chosen side began
+    with tokens such a policy never generates (about 240 nats on the tiny model): DPO then taught
+    the block, not the answer."""
+    chosen = list(chosen_ids)
+    block = list(processor(_EMPTY_REASONING, add_special_tokens=False)["input_ids"])
+    think = block[:1]
+    if (len(chosen) > len(block) and chosen[: len(block)] == block
+            and list(rejected_ids[:1]) != think):
+        return chosen[len(block):]
+    return chosen
 
 
 def rollout_pair_ids(prompt_ids: Sequence[int], prompt_mask: Sequence[int], completion_ids: Sequence[int],

@@ -38,7 +38,13 @@ from accelerate.utils import is_peft_model
 
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
 from trainer_client.losses.functional import chosen_nll, dpo_sigmoid_loss, sequence_logps
-from trainer_client.losses.replay_pairs import cap_response, rollout_pair_ids, tool_call_message, tool_call_response_ids
+from trainer_client.losses.replay_pairs import (
+    as_policy_writes,
+    cap_response,
+    rollout_pair_ids,
+    tool_call_message,
+    tool_call_response_ids,
+)
 from trainer_client.losses.settings import ReplayConfig
 from trainer_client.losses.teachers import ReplayRequest
 from trainer_client.model.forward import checkpointing_active, pack_responses, response_logits, shared_context_logps
@@ -142,8 +148,9 @@ class TraceReplayDPO(AuxiliaryLoss):
                 log.warning("replay pair (episode %s, t=%d) dropped: %s", pair.episode_id, pair.t,
                             "no rollout tokens" if message is not None else f"no {pair.role.value} answer in the teacher's text")
                 continue
-            pair.chosen_ids = tool_call_response_ids(tokenizer, message, chat_template=trainer.chat_template,
-                                                     eos_token_id=tokenizer.eos_token_id, template_kwargs=template_kwargs)
+            rendered = tool_call_response_ids(tokenizer, message, chat_template=trainer.chat_template,
+                                              eos_token_id=tokenizer.eos_token_id, template_kwargs=template_kwargs)
+            pair.chosen_ids = as_policy_writes(tokenizer, rendered, pair.rejected_ids)
             pairs.append(pair)
         if not pairs:
             return

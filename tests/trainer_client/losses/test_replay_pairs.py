@@ -109,3 +109,20 @@ def test_pairs_without_token_ids_load_but_are_never_sampled(tmp_path, caplog) ->
     with pytest.raises(ValueError, match="no token ids"):
         legacy = DpoPair.model_validate_json(legacy_line(0))
         replay_pair_logps(None, [legacy], pad_token_id=0, max_completion_length=8, device="cpu")  # fails before the model is used
+
+
+def test_the_chosen_side_takes_the_policys_own_format_for_an_empty_reasoning_block(tokenizer_and_template) -> None:
+    """The template renders a chosen tool call with an empty ``<think>`` block; a policy whose own
+    message (the rejected side) starts with its tool call gets the chosen side without the block
+    (it never writes one: left in, DPO taught the block); a policy that writes ``<think>`` keeps it."""
+    from trainer_client.losses.replay_pairs import as_policy_writes
+
+    tokenizer, template = tokenizer_and_template
+    rendered = tool_call_response_ids(tokenizer, tool_call_message(Role.SOLVER, r"So \boxed{42}."),
+                                      chat_template=template, eos_token_id=tokenizer.eos_token_id)
+    own = tokenizer('<tool_call>\n{"name": "submit_solution", "arguments": {"solution": "41"}}\n</tool_call>',
+                    add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    chosen = as_policy_writes(tokenizer, rendered, own)
+    assert tokenizer.decode(chosen).startswith("<tool_call>\n") and chosen == rendered[-len(chosen):]
+    thinking = tokenizer("<think>\nHm.\n</think>\n\n", add_special_tokens=False)["input_ids"] + own
+    assert as_policy_writes(tokenizer, rendered, thinking) == rendered
