@@ -85,7 +85,7 @@ def test_without_modes_an_ablation_keeps_the_configs_mode(tmp_path):
 
 
 def test_model_choice_keeps_a_configs_model():
-    assert ablation_model(None, None) == ablation_model("tiny", "configs/gpu_qwen.yaml") == "tiny-learning"
+    assert ablation_model(None, None) == ablation_model("tiny", "configs/gpu_qwen.yaml") == "tiny-sums"
     assert ablation_model(None, "configs/gpu_qwen.yaml") is None  # the config's model
     assert ablation_model("Qwen/Qwen3-0.6B", None) == "Qwen/Qwen3-0.6B"
 
