@@ -46,26 +46,50 @@ def eval_sum(problem_text: str) -> int:
     return int(a) + int(b)
 
 
-@pytest.mark.timeout(600)
-def test_a_hint_reading_warm_up_makes_the_hinted_policy_better_at_error_sites(tiny_learning_dir, tmp_path) -> None:
-    """The tiny-learning recipe with hint-following examples (a quarter of the turns) and a
-    solver that is wrong 30% of the time unhinted: on validation problems, at the error sites
-    (greedy unhinted answer wrong) the correct turn is likelier with the hint than without.
-    The same probe on tiny-learning, whose warm-up never showed a hint, is the contrast."""
+@pytest.mark.timeout(300)
+def test_the_probe_compares_hinted_and_unhinted_turns_at_the_error_sites(tiny_learning_dir) -> None:
+    """The probe on a real policy (the first protocol's tiny model, 40 validation problems): its
+    sites are the problems the greedy unhinted turn gets wrong, its accuracies are greedy
+    first-answer accuracies (the unhinted one equals the held-out evaluator's), and its
+    log-probability gain is, per site, the correct turn's per-token log-probability with the hint
+    minus without (checked by hand for one site). Whether a model reads hints is measured with it
+    (README "Does it learn?": on tiny-sums the hint makes the correct turn less likely)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from env_server.protocol.markers import Role
+    from trainer_client.experiments.heldout import evaluate_first_answers, solver_prompt_ids
     from trainer_client.experiments.hint_probe import probe_hints
-    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, learning_spec
+    from trainer_client.experiments.tiny_model import training_chat_template
+    from trainer_client.losses.functional import sequence_logps
+    from trainer_client.losses.hint_distillation import hint_message_ids
+    from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
+    from trainer_client.model.forward import pack_responses, response_logits
 
-    spec = TinyModelSpec(learning_spec(), version=8, hint_fraction=0.25, answer_accuracy=0.7)
-    reading = build_tiny_model(tmp_path / "hints", spec)
+    model = AutoModelForCausalLM.from_pretrained(tiny_learning_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
     source = ProblemGenerator(families=["single_digit_sum"])
-    seeds = [VALIDATION_SEED_BASE + i for i in range(120)]
-    probes = {}
-    for name, path in (("reads hints", reading), ("never saw a hint", tiny_learning_dir)):
-        model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-        probes[name] = probe_hints(model, tokenizer, source, seeds)
-    reads, never = probes["reads hints"], probes["never saw a hint"]
-    assert reads.sites >= 10, probes
-    assert reads.logp_gain > 0.05 and reads.share_higher > 0.6, probes
-    assert reads.logp_gain > never.logp_gain + 0.05, probes
+    seeds = [VALIDATION_SEED_BASE + i for i in range(40)]
+    probe = probe_hints(model, tokenizer, source, seeds, max_new_tokens=96)
+    report = evaluate_first_answers(model, tokenizer, source, seeds)
+    wrong = [r for r in report.records if not r.correct]
+    assert probe.problems == 40 and probe.sites == len(wrong) and probe.accuracy_unhinted == report.accuracy
+    assert 0 < probe.sites < 40 and 0.0 <= probe.share_higher <= 1.0
+
+    # one site by hand: the same two contexts and the same correct turn, scored one at a time
+    template = training_chat_template(tokenizer)
+    problem = source.get(wrong[0].problem_id)
+    plain = solver_prompt_ids(tokenizer, problem)
+    generation_prompt, inserted = hint_message_ids(tokenizer, HINT_TEMPLATES["solver/wrong_answer"],
+                                                   chat_template=template)
+    hinted = plain[: len(plain) - len(generation_prompt)] + inserted
+    message = tool_call_message(Role.SOLVER, problem.solution)
+    correct = as_policy_writes(tokenizer, tool_call_response_ids(tokenizer, message, chat_template=template,
+                                                                 eos_token_id=tokenizer.eos_token_id), [])
+    per_token = []
+    for context in (plain, hinted):
+        batch = pack_responses([context], [correct], tokenizer.pad_token_id)
+        with torch.no_grad():
+            per_token.append(sequence_logps(response_logits(model, batch), batch.labels, batch.mask).item() / len(correct))
+    single = probe_hints(model, tokenizer, source, [int(problem.problem_id.rsplit("/", 1)[1])], max_new_tokens=96)
+    assert single.sites == 1 and single.logp_gain == pytest.approx(per_token[1] - per_token[0], abs=1e-4)
