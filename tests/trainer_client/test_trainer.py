@@ -22,6 +22,7 @@ from trainer_client.losses.base import ScoredBatch
 from trainer_client.losses.pair_store import DpoPair, PairStore
 from trainer_client.losses.teachers import Teacher, TeacherConfig, TeacherPool, TeacherReply
 from trainer_client.trainer import DebateGRPOTrainer
+from trainer_client.trl_compat import restore_class_forward
 
 HINTS = {"solver/wrong_answer": "Your final answer is not correct. Re-derive it step by step."}
 
@@ -319,16 +320,21 @@ def test_replay_pairs_are_built_on_the_rollouts_tokens_and_the_roles_tool_call(m
             assert pair.rejected == rollout["contents"][segment.owner.t]  # the texts stay, for humans
             assert pair.chosen_ids[-1] == tokenizer.eos_token_id and not pair.gold_supervised
         solver, verifier = (tokenizer.decode(pairs[(f"e{k}", t)].chosen_ids) for t in (0, 1))
-        assert solver == ('<think>\n\n</think>\n\n<tool_call>\n{"name": "submit_solution", "arguments": '
+        # in the policy's own format: its messages (the rejected sides) start with the tool call, so
+        # the empty <think> block the template renders before an assistant message is left out
+        assert solver == ('<tool_call>\n{"name": "submit_solution", "arguments": '
                           '{"solution": "The answer is \\\\boxed{42}."}}\n</tool_call><|im_end|>')
         assert "submit_verdict" in verifier and '"verdict": "INCORRECT", "critique": "Step 2 is wrong."' in verifier
         # the first turn's pair is exactly the template's rendering of the conversation had the
-        # policy called submit_solution with the teacher's text (up to the template's trailing newline)
+        # policy called submit_solution with the teacher's text (less the empty reasoning block,
+        # up to the template's trailing newline)
         pair = pairs[(f"e{k}", 0)]
         full = tokenizer.apply_chat_template(
             [*rollout["prompt"], tool_call("submit_solution", {"solution": r"The answer is \boxed{42}."})],
             tools=tool_callables(), tokenize=True, return_dict=False, chat_template=template)
-        assert list(full) == pair.context_ids + pair.chosen_ids + tokenizer("\n", add_special_tokens=False)["input_ids"]
+        block = tokenizer("<think>\n\n</think>\n\n", add_special_tokens=False)["input_ids"]
+        assert list(full) == (pair.context_ids + block + pair.chosen_ids
+                              + tokenizer("\n", add_special_tokens=False)["input_ids"])
     # reference log-probs are those of the rejected tokens given the context under the (unchanged) policy
     pair = pairs[("e1", 1)]
     with torch.no_grad():
@@ -350,6 +356,7 @@ def test_replay_steps_raise_the_chosen_side_not_only_the_margin(model_and_tokeni
 
     model, tokenizer = model_and_tokenizer
     model = copy.deepcopy(model)
+    restore_class_forward(model)  # an earlier trainer patched the shared model's forward; the copy must run itself
     store = PairStore(tmp_path / "pairs.jsonl")
     config = ReplayConfig(beta=1.0, dpo_beta=0.1, pairs_per_step=2, rpo_alpha=rpo_alpha, heldout_pair_share=0.0)
     trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, replay=config, teacher_pool=object(),

@@ -60,10 +60,31 @@ def _call(name: str, arguments: dict[str, str], content: str | None = None) -> d
         {"id": "chatcmpl-tool-1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
 
 
-def test_tools_layout_is_for_openai_teachers() -> None:
-    with pytest.raises(ValidationError, match="layout 'tools' is for kind 'openai'"):
-        TeacherConfig(name="t", kind="hf", model="m", layout="tools")
+def test_tools_layout_is_for_openai_and_hf_teachers() -> None:
+    with pytest.raises(ValidationError, match="layout 'tools' is for kinds 'openai' and 'hf'"):
+        TeacherConfig(name="t", kind="oracle", layout="tools")
+    assert TeacherConfig(name="t", kind="hf", model="m", layout="tools").layout == "tools"
     assert TeacherConfig(name="t", kind="openai", base_url="u", model="m").layout == "chat"
+
+
+def test_a_local_hf_teacher_answers_in_the_tool_layout(tiny_model_dir) -> None:
+    """A local model trained in the tool layout (the tiny model) asked as a teacher: the solver's
+    chat of the server's ``state(t)`` in the tool layout, its own generated call read back as the
+    role's action (the text a pair's chosen side is built from)."""
+    from trainer_client.losses.teachers import build_teacher
+
+    problem = SOURCE.by_seed(3)
+    episode = DebateEpisode("e", problem, max_rounds=1, max_action_chars=4096)
+    messages = json.loads(episode.last_observation)["observation"]["messages"]
+    teacher = build_teacher(TeacherConfig(name="local", kind="hf", model=tiny_model_dir, layout="tools", max_tokens=96))
+    reply = teacher.answer(ReplayRequest(episode_id="e", t=0, role=Role.SOLVER, problem_id=problem.problem_id,
+                                         messages=messages, student_response="", student_answer=None))
+    from trainer_client.rollout.tool_calls import read_tool_call
+
+    assert reply.generated is not None and reply.generated.startswith("<tool_call>")
+    name, arguments = read_tool_call(reply.generated)
+    assert name == "submit_solution" and arguments is not None  # a valid call of the solver's tool
+    assert reply.text and reply.text == arguments["solution"].strip()[:4096] and reply.completion_tokens > 0
 
 
 def test_tool_teacher_asks_in_the_eval_layout_and_reads_the_role_tool_call() -> None:
