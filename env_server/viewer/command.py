@@ -138,18 +138,9 @@ class TrajectoryFile:
         return "single" if [turn["role"] for turn in episode["turns"]] == ["solver"] else "debate"
 
     def _problem(self, problem_id: str) -> Problem | None:
-        from env_server.debate.problems import ProblemGenerator, UnknownProblemError
-        from env_server.debate.problems.generator import EXTRA_FAMILIES, FAMILIES
+        from env_server.debate.problems import find_problem
 
-        sources = [] if self._problems is None else [self._problems]
-        if problem_id.startswith("gen/"):
-            sources.append(ProblemGenerator(families=[*FAMILIES, *EXTRA_FAMILIES]))
-        for source in sources:
-            try:
-                return source.get(problem_id)
-            except (UnknownProblemError, ValueError):
-                continue
-        return None
+        return find_problem(problem_id, [] if self._problems is None else [self._problems])
 
 
 def create_view_app(trajectories: TrajectoryFile) -> FastAPI:

@@ -4,8 +4,7 @@ built-in generator's ids (``gen/<family>/<seed>``) always resolvable."""
 
 from __future__ import annotations
 
-from env_server.debate.problems import Problem, ProblemGenerator, ProblemSource, UnknownProblemError, load_problem_source
-from env_server.debate.problems.generator import EXTRA_FAMILIES, FAMILIES
+from env_server.debate.problems import Problem, ProblemSource, find_problem, load_problem_source
 
 __all__ = ["ProblemLookup"]
 
@@ -23,14 +22,7 @@ class ProblemLookup:
 
     def __init__(self, spec: str | None = None) -> None:
         self._sources: list[ProblemSource] = [] if spec is None else [load_problem_source(spec)]
-        self._generator = ProblemGenerator(families=[*FAMILIES, *EXTRA_FAMILIES])
 
     def get(self, problem_id: str) -> Problem | None:
-        """The problem with this id, or ``None`` when no source holds it."""
-        sources = [*self._sources, *([self._generator] if problem_id.startswith("gen/") else [])]
-        for source in sources:
-            try:
-                return source.get(problem_id)
-            except (UnknownProblemError, ValueError):
-                continue
-        return None
+        """The problem with this id, or ``None`` when no source holds it (:func:`find_problem`)."""
+        return find_problem(problem_id, self._sources)

@@ -14,6 +14,7 @@ __all__ = [
     "ProblemGenerator",
     "ProblemSource",
     "UnknownProblemError",
+    "find_problem",
     "load_problem_source",
 ]
 
@@ -40,3 +41,20 @@ def load_problem_source(spec: str | None) -> ProblemSource:
         name, _, split = spec[3:].partition(":")
         return load_hf_problems(name, split or "test")
     return JsonlProblems.from_path(spec)
+
+
+def find_problem(problem_id: str, sources: list[ProblemSource] | None = None) -> Problem | None:
+    """The problem with ``problem_id`` from the first of ``sources`` that holds it, else, for a
+    generated id (``gen/<family>/<seed>``), from the generator with every family (the default
+    rotation, the extra and the split families); ``None`` when nothing holds it."""
+    from env_server.debate.problems.generator import EXTRA_FAMILIES, FAMILIES, SPLIT_FAMILIES
+
+    candidates = list(sources or [])
+    if problem_id.startswith("gen/"):
+        candidates.append(ProblemGenerator(families=[*FAMILIES, *EXTRA_FAMILIES, *SPLIT_FAMILIES]))
+    for source in candidates:
+        try:
+            return source.get(problem_id)
+        except (UnknownProblemError, ValueError):
+            continue
+    return None

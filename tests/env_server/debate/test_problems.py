@@ -163,3 +163,14 @@ def test_two_digit_sum_splits_are_disjoint_by_content() -> None:
             assert not drawn[a] & drawn[b], (a, b)
     assert len({source.by_seed(HELDOUT_SEED_BASE + i).problem for i in range(500)}) == 500  # no repeats in 500
     assert source.get("gen/two_digit_sum/1000000007") == source.by_seed(HELDOUT_SEED_BASE + 7)
+
+
+def test_find_problem_reaches_every_generated_family() -> None:
+    """The viewer's and the exporter's lookup: a source first, then any generated family (split
+    families included), else None."""
+    from env_server.debate.problems import find_problem
+
+    split = ProblemGenerator(families=["two_digit_sum"]).by_seed(1_000_000_003)
+    assert find_problem(split.problem_id) == split
+    assert find_problem("gen/single_digit_sum/7") == ProblemGenerator(families=["single_digit_sum"]).by_seed(7)
+    assert find_problem("gen/no_such_family/1") is None and find_problem("math500/1") is None
