@@ -220,6 +220,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
     from tqdm.auto import tqdm
 
     from env_server.debate.problems import load_problem_source
+    from env_server.provenance import provenance
     from trainer_client.config import TINY_MODELS, load_config
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers, heldout_seeds
     from trainer_client.experiments.reporting import write_ablation_report
@@ -275,6 +276,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
     runs_bar = tqdm(total=total_runs, desc="runs (arm × seed)", position=0)
     steps_bar = tqdm(total=0, desc="steps", position=1, leave=False)
     with _server(args.env_url, problems) as url:
+        record = provenance({"train": base.model_dump(mode="json"), "ablate": {k: v for k, v in vars(args).items()
+                                                                            if k != "func"}}, [url], base.env_token)
         for seed in range(args.seeds):
             for arm in arms:
                 if arm.shuffle_rewards and seed >= control_seeds:
@@ -310,7 +313,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
     }
-    write_ablation_report(out, protocol, befores, results, controls)
+    write_ablation_report(out, protocol, befores, results, controls, provenance=record)
     return out
 
 

@@ -114,7 +114,8 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
 
 
 def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str, tuple[dict[str, Any], list[bool]]],
-                          results: list[Any], controls: dict[str, dict[str, Any]]) -> None:
+                          results: list[Any], controls: dict[str, dict[str, Any]],
+                          provenance: dict[str, Any] | None = None) -> None:
     """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
 
     Args:
@@ -139,7 +140,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
         arms.setdefault(result.arm, []).append(result)
     first_mode = next(iter(befores))
     summary: dict[str, Any] = {"protocol": protocol, "before": befores[first_mode][0], "controls": controls,
-                               "arms": {}}
+                               "arms": {}, "provenance": provenance}
     if len(befores) > 1:
         summary["before_by_mode"] = {mode: figures for mode, (figures, _) in befores.items()}
     for name, runs in arms.items():
@@ -171,6 +172,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             "pairs_stored": [r.pairs_stored for r in runs],
             "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
         }
+        provenance: the ablation's provenance (:func:`env_server.provenance.provenance`), kept
+            as ``summary.json``'s ``provenance`` (each run's own is in its ``provenance.json``).
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
     (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
