@@ -79,8 +79,8 @@ class TraceReplayDPO(AuxiliaryLoss):
 
     def prepare(self, batch: ScoredBatch) -> torch.Tensor | None:
         if batch.mode == "train":
+            self.store_new_pairs()  # before this batch's replays go out: none of them can race in
             self.submit_replays(batch)
-            self.store_new_pairs()
         return None
 
     def submit_replays(self, batch: ScoredBatch) -> None:
@@ -127,7 +127,10 @@ class TraceReplayDPO(AuxiliaryLoss):
         template_kwargs = trainer.chat_template_kwargs
         assert isinstance(template_kwargs, dict), "TrainingArguments parses chat_template_kwargs into a dict"
         pairs = []
-        for pair in self.teacher_pool.collect():
+        # in an order that does not depend on which teacher thread finished first
+        collected = sorted(self.teacher_pool.collect(), key=lambda p: (p.created_step, p.t, p.role.value,
+                                                                       p.context_ids or [], p.rejected_ids or []))
+        for pair in collected:
             message = tool_call_message(pair.role, pair.chosen)
             if message is None or not (pair.context_ids and pair.rejected_ids):
                 log.warning("replay pair (episode %s, t=%d) dropped: %s", pair.episode_id, pair.t,
