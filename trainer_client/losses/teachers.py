@@ -557,6 +557,17 @@ class TeacherPool:
         with self._lock:
             return {**{k: float(v) for k, v in self._counters.items()}, "teachers/cost_usd": self._cost}
 
+    def state_dict(self) -> dict[str, Any]:
+        """The calls, tokens and cost used so far, for a checkpoint (:meth:`counters`' values)."""
+        with self._lock:
+            return {"counters": dict(self._counters), "cost_usd": self._cost}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the counters of a checkpoint's :meth:`state_dict` (a resumed run)."""
+        with self._lock:
+            self._counters = Counter({k: int(v) for k, v in state["counters"].items()})
+            self._cost = float(state["cost_usd"])
+
     def close(self) -> None:
         """Stop the threads (queued replays are cancelled) and the grader."""
         self._executor.shutdown(wait=False, cancel_futures=True)

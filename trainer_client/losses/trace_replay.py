@@ -151,6 +151,27 @@ class TraceReplayDPO(AuxiliaryLoss):
         """Store the pairs the teachers finished since the last step (call after training)."""
         self.store_new_pairs()
 
+    def state_dict(self) -> dict[str, Any]:
+        """For a checkpoint: the replays in flight are awaited (up to 60 s) and their pairs
+        stored, so the checkpoint holds every pair of its steps; then the pair sampling stream,
+        the store's position (:meth:`PairStore.state_dict`) and the teachers' counters."""
+        self.teacher_pool.wait(timeout_s=60)
+        self.store_new_pairs()
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "pair_store": self.pair_store.state_dict(),
+                "teacher_pool": self.teacher_pool.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the store cut back to its position, the stream and
+        the counters where they were."""
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        dropped = self.pair_store.load_state_dict(state["pair_store"])
+        if dropped:
+            log.info("replay pair store: %d pair(s) stored after the checkpoint dropped (their steps are trained "
+                     "again)", dropped)
+        self.teacher_pool.load_state_dict(state["teacher_pool"])
+
     def batch_metrics(self) -> dict[str, float]:
         metrics = {name: float(value) for name, value in self.teacher_pool.counters().items()}
         metrics["pairs/stored"] = float(len(self.pair_store))
