@@ -152,10 +152,11 @@ class TraceReplayDPO(AuxiliaryLoss):
         self.store_new_pairs()
 
     def state_dict(self) -> dict[str, Any]:
-        """For a checkpoint: the replays in flight are awaited (up to 60 s) and their pairs
-        stored, so the checkpoint holds every pair of its steps; then the pair sampling stream,
-        the store's position (:meth:`PairStore.state_dict`) and the teachers' counters."""
-        self.teacher_pool.wait(timeout_s=60)
+        """For a checkpoint: the replays in flight are awaited (up to 10 min: each teacher call
+        has its own timeout and retries) and their pairs stored, so the checkpoint holds every pair
+        of its steps; then the pair sampling stream, the store's position
+        (:meth:`PairStore.state_dict`) and the teachers' counters."""
+        self.teacher_pool.wait(timeout_s=600)
         self.store_new_pairs()
         version, internal, gauss = self.rng.getstate()
         return {"rng": [version, list(internal), gauss], "pair_store": self.pair_store.state_dict(),
