@@ -13,7 +13,6 @@ and works without the ``train`` extra.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -174,7 +173,9 @@ def _print_training_summary(output_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from trainer_client.experiments.reporting import read_metrics
+
+    lines = read_metrics(output_dir / "metrics.jsonl")
     columns = {"grpo": "loss/grpo", "sdpo": "loss/sdpo_jsd", "replay": "loss/trace_replay_dpo", "total": "loss/total",
                "r solver": "debate/reward/solver", "r verifier": "debate/reward/verifier",
                "err sites": "debate/error_site_rate", "pairs": "pairs/stored"}

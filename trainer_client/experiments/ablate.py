@@ -374,6 +374,7 @@ TINY_ABLATION_SETTINGS: dict[str, Any] = {
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers
+    from trainer_client.experiments.reporting import read_metrics
 
     model, tokenizer = _load(run_dir / "final")
     mode = eval_kwargs.get("mode", "debate")
@@ -385,7 +386,7 @@ def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: b
                                   "judge_accuracy": episodes.judge_accuracy}
     (run_dir / "heldout.json").write_text(json.dumps(heldout, indent=2))
     metrics = run_dir / "metrics.jsonl"
-    curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+    curve = read_metrics(metrics) if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
     return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, heldout,
                      [r.correct for r in report.records], mode)

@@ -1,7 +1,11 @@
 """Run outputs: ``metrics.jsonl`` (one line per logged step) and a PNG of rewards and losses.
 
 Metrics travel through TRL's own logging (so ``report_to`` tensorboard/wandb sees them too);
-this callback only mirrors each training log line into a file.
+this callback only mirrors each training log line into a file. Besides the step lines
+(``{"step": int, <metric>: float, ...}``), ``metrics.jsonl`` holds event lines, which carry an
+``"event"`` key and no ``"step"``: the first line (``"start"``, with the run's provenance) and
+one line per resume (``"resume"``: ``from_step``, ``checkpoint``, ``dropped_lines``, the
+resumed process's provenance). Read the step lines with :func:`read_metrics`.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 
-__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "plot_metrics",
-           "write_ablation_report"]
+__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "metrics_events",
+           "plot_metrics", "read_metrics", "write_ablation_report"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
 """The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
@@ -26,12 +30,38 @@ ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/ju
 
 class MetricsFileCallback(TrainerCallback):
     """Appends every training log that carries the loss channels to ``path`` as a JSON line
-    ``{"step": int, <metric>: float, ...}``."""
+    ``{"step": int, <metric>: float, ...}`` (the main process only).
 
-    def __init__(self, path: str | Path) -> None:
+    Args:
+        path: the ``metrics.jsonl`` file.
+        event: the event line written when training begins (``{"event": "start", ...}`` or
+            ``{"event": "resume", ...}``); ``None``: none.
+        keep_bytes: ``None``: a new file (an old one is emptied). A resume's byte offset: the
+            file is cut there first (the lines logged after the checkpoint came from steps that
+            are trained again), and the resume line says how many lines were dropped.
+    """
+
+    def __init__(self, path: str | Path, event: dict[str, Any] | None = None, keep_bytes: int | None = None) -> None:
         self.path = Path(path)
+        self.event = event
+        self.keep_bytes = keep_bytes
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")
+        dropped = 0
+        if self.keep_bytes is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            with self.path.open("r+b") as handle:
+                handle.seek(self.keep_bytes)
+                dropped = sum(1 for line in handle.read().splitlines() if line.strip())
+                handle.truncate(self.keep_bytes)
+        if self.event is not None:
+            event = {**self.event, "dropped_lines": dropped} if self.keep_bytes is not None else self.event
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(event) + "\n")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs or "loss/total" not in logs:
@@ -40,6 +70,19 @@ class MetricsFileCallback(TrainerCallback):
         line.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
         with self.path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The step lines of a ``metrics.jsonl`` (:class:`MetricsFileCallback`), in order, without its
+    event lines (start, resumes)."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [line for line in lines if "event" not in line]
+
+
+def metrics_events(path: str | Path) -> list[dict[str, Any]]:
+    """The event lines of a ``metrics.jsonl``: its ``start`` line and a ``resume`` line per resume."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [line for line in lines if "event" in line]
 
 
 class QuietProgressCallback(ProgressCallback):
@@ -86,7 +129,7 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    lines = read_metrics(metrics_path)
     if not lines:
         raise ValueError(f"{metrics_path} holds no metrics")
     fig, (rewards_ax, loss_ax) = plt.subplots(1, 2, figsize=(11, 4))
@@ -129,6 +172,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             starting policy in its own mode (a run's ``mode``).
         results: :class:`~trainer_client.experiments.ablate.RunResult` per (arm, seed), controls included.
         controls: the answer-only controls (:func:`~trainer_client.experiments.ablate.static_controls`).
+        provenance: the ablation's provenance (:func:`env_server.provenance.provenance`), kept
+            as ``summary.json``'s ``provenance`` (each run's own is in its ``provenance.json``).
 
     Raises:
         KeyError: a run's mode has no starting-policy figures in ``befores``.
@@ -172,8 +217,6 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             "pairs_stored": [r.pairs_stored for r in runs],
             "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
         }
-        provenance: the ablation's provenance (:func:`env_server.provenance.provenance`), kept
-            as ``summary.json``'s ``provenance`` (each run's own is in its ``provenance.json``).
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
     (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
