@@ -198,7 +198,7 @@ def test_a_killed_run_resumes_from_its_last_complete_checkpoint_as_if_never_kill
     assert record["config"]["max_steps"] == STEPS and record["resumes"][0]["config"]["resume_from_checkpoint"] == str(out)
 
 
-@pytest.mark.slow  # three two-process runs: 136 s on 2 cores shared with other jobs at a load of 7 (one-process: 100 s)
+@pytest.mark.slow  # three two-process runs: 55 s on 2 shared cores at a load of 3 to 4, 136 s at 7 (one process: 38 s, 100 s)
 def test_two_processes_killed_and_resumed_train_as_if_never_killed(server_url, tiny_model_dir, tmp_path) -> None:
     """The same under ``torchrun`` with two CPU processes (gloo): each process keeps its own
     pairs, random streams and env sessions, and gets them back."""
