@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO))
 from env_server.cli import free_port, wait_healthy  # noqa: E402  after the sys.path insert above
 from env_server.debate.problems import load_problem_source  # noqa: E402  after the sys.path insert above
 from env_server.protocol.models import MAX_BATCH_FRAMES  # noqa: E402  after the sys.path insert above
+from env_server.provenance import provenance, server_info  # noqa: E402  after the sys.path insert above
 
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
 OPEN_CONCURRENCY = 256  # connections/sessions being opened at once (both servers)
@@ -495,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[Row] = []
     memory: dict[str, float] = {}
+    servers: list[dict[str, Any]] = []  # what our servers say about themselves (the provenance)
     # closed sessions linger for the resume window (ours): room for every session of a run
     max_sessions = sum(args.sessions) * args.repeats + args.idle_sessions + 100
     for workload_name in args.workloads:
@@ -507,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       args.serve_arg)) for _ in range(replicas)]
                 url, pid = started[0]
                 urls = [u for u, _ in started]
+                if server_name != "openenv" and not servers:
+                    servers.append(server_info(url))
                 if workload_name == args.workloads[0] and args.idle_sessions:
                     memory[server_name] = round(asyncio.run(
                         idle_memory(url, pid, server_name, args.idle_sessions, args.connections)), 2)
@@ -564,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"journal cost ({r.workload}, {r.sessions} sessions): {r.steps_per_s:.0f} vs {base.steps_per_s:.0f} "
                   f"steps/s memory-only = {r.steps_per_s / base.steps_per_s:.2f}x")
     result = {**summary, "replicas": args.replicas, "unit": "steps/s", "think_ms": args.think_ms, "batched": not args.no_batch,
-              "memory_kib_per_idle_session": memory, "rows": [asdict(r) for r in rows]}
+              "memory_kib_per_idle_session": memory, "rows": [asdict(r) for r in rows],
+              "provenance": {**provenance(vars(args)), "env_servers": servers}}
     print(json.dumps(result))
     return 0
 

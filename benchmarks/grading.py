@@ -45,6 +45,7 @@ from math_verify import parse, verify  # noqa: E402  after the sys.path insert a
 
 from env_server.debate.answers import last_boxed  # noqa: E402  after the sys.path insert above
 from env_server.grading.pool import Grader, GradingConfig  # noqa: E402  after the sys.path insert above
+from env_server.provenance import provenance  # noqa: E402  after the sys.path insert above
 
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
           f"pool {args.workers} workers; median of {args.repeats} runs")
     short = results["short"]
     print(json.dumps({"ours": short["ours"], "baseline": short["baseline"], "ratio": short["ratio"],
-                      "unit": "checks/s", "workload": "short", "workloads": results}))
+                      "unit": "checks/s", "workload": "short", "workloads": results,
+                      "provenance": provenance(vars(args))}))
     return 0
 
 

@@ -48,6 +48,7 @@ from env_throughput import (
 )
 
 from env_server.debate.problems import load_problem_source
+from env_server.provenance import provenance, server_info
 
 HOSTILE = [
     r"9^{9^{9^{9^{9}}}}",
@@ -120,9 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     modes = ["calm", "flood-other", "flood-same"]
     rows: dict[str, list] = {mode: [] for mode in modes}
+    servers: list[dict] = []  # what the server says about itself (the provenance)
     for repeat in range(args.repeats):
         for mode in modes:
             with server("ours", None, args.workers, 20_000) as (url, _pid):
+                servers[:] = servers or [server_info(url)]
                 tally = asyncio.run(run(url, mode, args.honest, args.hostile, args.seconds))
             row = row_of("ours", mode, args.honest, tally)
             rows[mode].append(row)
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         s["steps_ratio"] = round(s["steps_per_s"] / calm["steps_per_s"], 2)
         print(f"{mode:12s} {s['steps_per_s']:9.1f} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f} {s['p99_ratio']:9.2f} "
               f"{s['steps_ratio']:11.2f} {s['errors']}")
-    print(json.dumps({"honest": args.honest, "hostile": args.hostile, "repeats": args.repeats, **summary}))
+    print(json.dumps({"honest": args.honest, "hostile": args.hostile, "repeats": args.repeats, **summary,
+                      "provenance": {**provenance(vars(args)), "env_servers": servers}}))
     return 0
 
 

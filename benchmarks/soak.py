@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_throughput import VERDICT, MuxConnection, connect, percentile, rss_kb, server
 
 from env_server.debate.problems import load_problem_source
+from env_server.provenance import provenance, server_info
 
 
 async def soak(url: str, pid: int, sessions: int, connections: int, seconds: float, interval: float,
@@ -114,12 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grading-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     args = parser.parse_args(argv)
     with server("ours", None, args.grading_workers, args.sessions * 2 + 100) as (url, pid):
+        servers = [server_info(url)]  # what the server says about itself (the provenance)
         result = asyncio.run(soak(url, pid, args.sessions, args.connections, args.minutes * 60, args.interval,
                                   args.wrong_fraction))
     print(f"\nmachine: {platform.platform()}, {os.cpu_count()} CPUs; {args.sessions} sessions, "
           f"{args.minutes:g} min; episodes {result['episodes']}, errors {result['errors']}, "
           f"RSS {result['rss_start_mib']} -> {result['rss_end_mib']} MiB")
-    print(json.dumps(result))
+    print(json.dumps({**result, "provenance": {**provenance(vars(args)), "env_servers": servers}}))
     return 0 if result["errors"] == 0 and result["episodes"] == result["episodes_with_expected_reward"] else 1
 
 

@@ -226,6 +226,9 @@ def main() -> None:
         "ratio_by_pairs_per_step": {str(pairs): round(ratio, 3) for pairs, ratio in step["ratio"].items()},
         "most_pairs_within_target": max(within) if within else 0,
     }
+    from env_server.provenance import provenance
+
+    result["provenance"] = provenance(vars(args))
     if have_liger:
         fused = jsd_memory("fused", args.jsd_tokens, args.hidden, args.jsd_vocab)
         naive = jsd_memory("naive", args.jsd_tokens, args.hidden, args.jsd_vocab)

@@ -77,6 +77,9 @@ def main() -> None:
         result[f"vllm_{name}_load_s"] = round(load_s, 1)
         result[f"vllm_{name}_tokens_per_s"] = round(generated / seconds, 1)
         del llm
+    from env_server.provenance import provenance
+
+    result["provenance"] = provenance(vars(args), vllm=True)
     print(json.dumps(result))
 
 

@@ -44,6 +44,7 @@ def _no_cuda() -> str | None:
 def _train(work: Path, tiny: Path, url: str, name: str, steps: int, **overrides) -> list[dict]:
     from trainer_client.cli import demo_config
     from trainer_client.credit.shaping import RewardShapingConfig
+    from trainer_client.experiments.reporting import read_metrics
     from trainer_client.experiments.train import run_training
 
     out = work / name
@@ -52,7 +53,7 @@ def _train(work: Path, tiny: Path, url: str, name: str, steps: int, **overrides)
         "max_completion_length": 256, "learning_rate": 5e-4,
         "reward_shaping": RewardShapingConfig(strategy="reward_mixing", params={"alpha": 0.5}), **overrides})
     run_training(config, progress=False)
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(out / "metrics.jsonl")
 
 
 def check_bf16_train(work: Path, tiny: Path, url: str) -> str:

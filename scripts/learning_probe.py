@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from env_server.cli import running_server
     from trainer_client.config import TINY_MODELS, load_config
     from trainer_client.experiments import tiny_model
+    from trainer_client.experiments.reporting import read_metrics
     from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model
     from trainer_client.experiments.train import run_training
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             rl_s = time.perf_counter() - start
         summary["rl"] = {"steps": args.rl_steps, "wall_s": round(rl_s, 1), "s_per_step": round(rl_s / args.rl_steps, 2),
                          "config": config.model_dump(mode="json")}
-        metrics = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines() if line]
+        metrics = read_metrics(out / "grpo" / "metrics.jsonl")
         summary["rl"]["reward_solver"] = [m.get("debate/reward/solver") for m in metrics]
         after = _evaluate(out / "grpo" / "final", model_dir, family, args.n_eval, args.k)
         summary["after"] = after

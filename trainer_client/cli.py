@@ -2,7 +2,7 @@
 ``ablate``, ``eval`` and ``export``.
 
 - ``mathdebate train --config PATH --preset baseline|sdpo|replay|full --env-url URL --max-steps N
-  --output-dir DIR [--model ID_OR_PATH] [-o key=value ...]``
+  --output-dir DIR [--model ID_OR_PATH] [--resume [DIR]] [-o key=value ...]``
 - ``mathdebate tiny-model DIR``: write the offline tiny model and tokenizer.
 - ``mathdebate demo``: the README's main job: start an env server, play scripted debates, train
   a few steps on CPU with the tiny model on built-in problems, write metrics and the plot, stop.
@@ -14,7 +14,6 @@ and works without the ``train`` extra.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -48,14 +47,31 @@ def _add_train_args(parser: argparse.ArgumentParser) -> None:
                         help="any config field, dotted (e.g. -o sdpo.token_clip=5 -o reward_shaping.strategy=difference_rewards)")
 
 
+def _add_resume_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="DIR",
+                        help="continue from the last complete checkpoint: of --output-dir, or of the run folder DIR "
+                             "(its config.yaml is the config unless --config is given), or the checkpoint DIR")
+
+
 def _train_config(args: argparse.Namespace):
     from trainer_client.config import load_config, parse_overrides
 
     flags = {"env_url": args.env_url, "max_steps": args.max_steps, "output_dir": args.output_dir, "model": args.model,
              "advantage_estimator": args.advantage_estimator}
     overrides = {k: v for k, v in flags.items() if v is not None}
+    config_path = args.config
+    resume = getattr(args, "resume", None)
+    if isinstance(resume, str):  # a run folder, or a checkpoint inside one: continue that run
+        from trainer_client.experiments.checkpoints import STATE_FILE
+
+        run_dir = Path(resume).parent if (Path(resume) / STATE_FILE).is_file() else Path(resume)
+        overrides.setdefault("output_dir", str(run_dir))
+        if config_path is None and (run_dir / "config.yaml").is_file():
+            config_path = run_dir / "config.yaml"
+    if resume is not None:
+        overrides["resume_from_checkpoint"] = resume
     overrides.update(parse_overrides(args.override))
-    return load_config(args.config, args.preset, overrides)
+    return load_config(config_path, args.preset, overrides)
 
 
 def _train_config_or_exit(args: argparse.Namespace):
@@ -74,10 +90,15 @@ def _train_config_or_exit(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     """``mathdebate train``: validate the config (before anything starts), then train."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from trainer_client.experiments.checkpoints import ResumeError
     from trainer_client.experiments.train import run_training
 
     config = _train_config_or_exit(args)
-    output_dir = run_training(config)
+    try:
+        output_dir = run_training(config)
+    except ResumeError as exc:
+        print(f"mathdebate train: cannot resume: {exc}", file=sys.stderr)
+        return 2
     if int(os.environ.get("RANK", "0")) == 0:  # set by torchrun / accelerate launch
         print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
     return 0
@@ -177,7 +198,9 @@ def _print_training_summary(output_dir: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    lines = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    from trainer_client.experiments.reporting import read_metrics
+
+    lines = read_metrics(output_dir / "metrics.jsonl")
     columns = {"grpo": "loss/grpo", "sdpo": "loss/sdpo_jsd", "replay": "loss/trace_replay_dpo", "total": "loss/total",
                "r solver": "debate/reward/solver", "r verifier": "debate/reward/verifier",
                "err sites": "debate/error_site_rate", "pairs": "pairs/stored"}
@@ -202,6 +225,7 @@ def add_commands(sub: Any) -> None:
     """Register ``train``, ``tiny-model`` and ``demo`` on the ``mathdebate`` parser."""
     train = sub.add_parser("train", help="train with GRPO against a live env server")
     _add_train_args(train)
+    _add_resume_arg(train)
     train.set_defaults(func=cmd_train)
     tiny = sub.add_parser("tiny-model", help="write the offline tiny model and tokenizer")
     tiny.add_argument("dir")

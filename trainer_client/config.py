@@ -183,6 +183,10 @@ class TrainConfig(_Strict):
         shuffle_rewards: the shuffled-reward control of ``mathdebate ablate``: episode rewards
             are permuted within each batch before shaping, so the policy gets no signal about
             its own outcomes. Never set it for real training.
+        resume_from_checkpoint: continue a run from its last complete checkpoint (``true``: in
+            ``output_dir``; a path: that checkpoint, or the last complete one in that run
+            folder); ``mathdebate train --resume [DIR]`` sets it. See
+            :mod:`trainer_client.experiments.checkpoints` for what a checkpoint holds.
         unfinished_debate_reward: episode reward of a rollout that left its debate unfinished
             (it stopped calling tools or ran out of completion length, so the adapter forfeited
             turns); ``null`` keeps the server's grade, which then rests on the solver's answer
@@ -234,6 +238,7 @@ class TrainConfig(_Strict):
     reward_function: RewardFunctionConfig | None = None
     shuffle_rewards: bool = False
     unfinished_debate_reward: float | None = 0.0
+    resume_from_checkpoint: bool | str | None = None
 
     @model_validator(mode="before")
     @classmethod

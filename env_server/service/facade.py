@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -24,6 +25,7 @@ import time
 from collections.abc import Awaitable
 from typing import IO, Any
 
+import env_server
 from env_server.debate.episode import DebateEpisode
 from env_server.debate.problems import ProblemSource, UnknownProblemError, load_problem_source
 from env_server.grading.pool import Grader
@@ -86,7 +88,7 @@ class DebateService(GradingFinalisation):
         #: session id -> graded episodes whose push found the session detached (or that were
         #: graded shortly before a restart): pushed again when the session re-attaches
         self._unpushed: dict[str, list[EpisodeEntry]] = {}
-        self.journal = (StateJournal(config.state_dir, self.problems.fingerprint(), config.state_fsync_interval_s,
+        self.journal = (StateJournal(config.state_dir, self.problem_fingerprint, config.state_fsync_interval_s,
                                      config.state_compact_bytes) if config.state_dir else None)
         self._fsyncer: asyncio.Task[None] | None = None
 
@@ -429,14 +431,19 @@ class DebateService(GradingFinalisation):
         """
         return viewer_queries.episode_view(self.episodes, episode_id)
 
+    @functools.cached_property
+    def problem_fingerprint(self) -> str:
+        """The problem source's fingerprint (``ProblemSource.fingerprint``), computed once."""
+        return self.problems.fingerprint()
+
     def stats(self) -> dict[str, Any]:
-        """Counters for operators and benchmarks: sessions, episodes, steps, grading."""
+        """Counters for operators and benchmarks (sessions, episodes, steps, grading) and what is
+        served, for runs' provenance (``version``, ``problem_source``, ``problem_fingerprint``)."""
         return {
-            "sessions": len(self.sessions),
-            "episodes": len(self.episodes),
-            **self.counters,
-            "grading": dict(self.grader.stats),
-            "grade_cache_entries": len(self.grader.cache),
+            "version": env_server.__version__, "problem_source": self.problems.name,
+            "problem_fingerprint": self.problem_fingerprint, "sessions": len(self.sessions),
+            "episodes": len(self.episodes), **self.counters,
+            "grading": dict(self.grader.stats), "grade_cache_entries": len(self.grader.cache),
         }
 
     # ------------------------------------------------------------------ internals

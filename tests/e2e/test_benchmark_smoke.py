@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from provenance_checks import check_provenance
+
+from env_server.debate.problems import load_problem_source
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,6 +31,8 @@ def test_trainer_step_benchmark_reports_each_pair_count(tiny_model_dir) -> None:
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1])
     assert result["benchmark"] == "trainer_step" and result["pairs_per_step"] == 2
+    check_provenance(result["provenance"])
+    assert result["provenance"]["config"]["rows"] == 4
     ratios = result["ratio_by_pairs_per_step"]
     assert set(ratios) == {"2", "1"}
     # the figures agree with each other: the headline ratio is ours / baseline at the first pair
@@ -49,3 +54,16 @@ def test_trainer_step_benchmark_reports_each_pair_count(tiny_model_dir) -> None:
         assert "jsd_memory_ratio" not in result
     else:
         assert result["jsd_memory_ratio"] > 0
+
+
+def test_env_throughput_benchmark_names_its_provenance() -> None:
+    """The env benchmarks' JSON carries the provenance (one short row of ``env_throughput``; the
+    others add it the same way), with what the server it started says of itself."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/env_throughput.py", "--sessions", "2", "--seconds", "1", "--workloads", "cached",
+         "--servers", "ours", "--idle-sessions", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rows"][0]["sessions"] == 2
+    check_provenance(result["provenance"], [load_problem_source(None).fingerprint()])
+    assert result["provenance"]["config"]["sessions"] == [2]

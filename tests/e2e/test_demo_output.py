@@ -12,13 +12,13 @@ no FutureWarning or DeprecationWarning raised from a file of ``env_server`` or
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
 import env_server
 import trainer_client
 from trainer_client.cli import main
+from trainer_client.experiments.reporting import read_metrics
 
 OURS = (Path(env_server.__file__).resolve().parent, Path(trainer_client.__file__).resolve().parent)
 
@@ -43,6 +43,6 @@ def test_the_demo_shows_no_weight_bars_and_our_code_raises_no_deprecation(tiny_l
     # transformers' per-call bars of each model load and save (weight_bars_off), under the training bar and around it
     assert "Loading weights" not in shown and "Writing model shards" not in shown
     assert "held-out first-answer accuracy on 2 problems" in printed.out
-    metrics = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_metrics(tmp_path / "demo" / "metrics.jsonl")  # its step lines (the start line is an event)
     assert [m["step"] for m in metrics] == [1, 2]
     assert (tmp_path / "demo" / "final" / "model.safetensors").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from openai_fixture import serve_chat_fixture
+from provenance_checks import check_provenance
 
 from env_server.debate.problems import load_problem_source
 from trainer_client.cli import main
@@ -82,6 +83,9 @@ def test_greedy_debate_with_one_endpoint_for_every_role(tmp_path, server_url, ch
     before = fixture.requests["oracle"]
     results = _eval(tmp_path, server_url, "--policy", f"openai:{url}#oracle")
     assert results["accuracy"] == 1.0 and results["n_problems"] == LIMIT
+    check_provenance(results["provenance"], [load_problem_source(None).fingerprint()])  # the session server
+    assert results["provenance"]["env_servers"][0]["url"] == server_url
+    assert results["provenance"]["config"]["policy"] == f"openai:{url}#oracle"
     assert results["mode"] == "debate" and results["strategy"] == "greedy"
     assert results["accuracy_ci95"][0] < 1.0 == pytest.approx(results["accuracy_ci95"][1])
     assert results["per_role"]["verifier"]["reward"] == 1.0 and results["judge_accuracy"] == 1.0
@@ -208,6 +212,7 @@ def test_scripted_policy_on_math500_with_its_own_server(tmp_path, math500_path):
                  "--output-dir", str(out), "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["accuracy"] == 1.0 and results["n_problems"] == 12
+    check_provenance(results["provenance"], [load_problem_source(str(math500_path)).fingerprint()])  # its own server
     lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert [line["problem_id"] for line in lines] == [load_problem_source(str(math500_path)).by_seed(i).problem_id
                                                       for i in range(12)]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainer_client.experiments.reporting import read_metrics
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,7 +28,7 @@ def test_two_processes_train_together_and_keep_their_own_files(server_url, tiny_
     assert done.returncode == 0, done.stderr[-4000:]
     # one process writes the run's shared files and prints the summary once
     assert done.stdout.count("metrics: ") == 1, done.stdout
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = read_metrics(out / "metrics.jsonl")
     assert [line["step"] for line in lines] == [1, 2]
     assert (out / "config.yaml").exists() and (out / "training.png").exists() and (out / "final").is_dir()
     # both processes trained: each kept the replay pairs of its own rollouts in its own file

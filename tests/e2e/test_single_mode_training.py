@@ -18,6 +18,7 @@ from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, Turn
 from trainer_client.credit.advantages import batch_advantages
 from trainer_client.credit.role_samples import build_role_samples, shape_samples, turn_values
 from trainer_client.credit.shaping import available_strategies, get_strategy
+from trainer_client.experiments.reporting import read_metrics
 from trainer_client.rollout.spans import Segment, SegmentOwner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +98,7 @@ def test_mathdebate_train_in_single_mode(tiny_model_dir, tmp_path) -> None:
     assert "failed on a batch" not in done.stderr  # and no batch fell back to the raw rewards
 
     out = tmp_path / "out"
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = read_metrics(out / "metrics.jsonl")
     assert [line["step"] for line in lines] == [1, 2]
     assert all("debate/reward/solver" in line and "debate/reward/verifier" not in line for line in lines)
     assert yaml.safe_load((out / "config.yaml").read_text())["mode"] == "single"

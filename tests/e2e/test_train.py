@@ -3,7 +3,6 @@ environment_factory, every ablation preset of DebateGRPOTrainer, and shaping rea
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer_client.cli import demo_config
-from trainer_client.experiments.reporting import LOSS_KEYS
+from trainer_client.experiments.reporting import LOSS_KEYS, read_metrics
 from trainer_client.experiments.train import run_training
 from trainer_client.losses.pair_store import PairStore
 from trainer_client.rollout.environment import environment_factory
@@ -75,7 +74,7 @@ def train(server_url: str, tiny_model_dir: str, out: Path, preset: str, steps: i
     updates.update(overrides)
     config = config.model_copy(update=updates)
     run_training(config, progress=False)
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return read_metrics(out / "metrics.jsonl")
 
 
 @pytest.mark.parametrize("preset", ["baseline", "sdpo", "replay", "full"])
@@ -207,7 +206,7 @@ def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tin
         server.wait(timeout=60)
     assert "trace replay is off (replay.beta = 0)" in done.stderr
     out = tmp_path / "out"
-    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1 and (out / "training.png").exists()
+    assert len(read_metrics(out / "metrics.jsonl")) == 1 and (out / "training.png").exists()
 
 
 def test_compose_teacher_profile_config_gpus_and_volumes() -> None:

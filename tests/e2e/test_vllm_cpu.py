@@ -65,6 +65,7 @@ def test_colocate_training_generates_through_vllm_and_syncs_weights(server_url, 
 
     from trainer_client.cli import demo_config
     from trainer_client.credit.shaping import RewardShapingConfig
+    from trainer_client.experiments.reporting import read_metrics
     from trainer_client.experiments.train import run_training
     from trainer_client.trainer import DebateGRPOTrainer
 
@@ -87,7 +88,7 @@ def test_colocate_training_generates_through_vllm_and_syncs_weights(server_url, 
                                        "replay": config.replay.model_copy(update={"beta": 0.0})})
     run_training(config, progress=False)
     (trainer,) = trainers
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = read_metrics(out / "metrics.jsonl")
     assert [line["step"] for line in lines] == [1, 2, 3]
     # TRL computes this gap only for rollouts vLLM sampled (grpo_trainer: use_vllm and the
     # importance-sampling correction); it stays small on every step only if each step's sync

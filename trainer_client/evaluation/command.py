@@ -73,6 +73,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from env_server import cli as server_cli
     from env_server.debate.problems import load_problem_source
     from env_server.protocol.models import AUTH_TOKEN_ENV
+    from env_server.provenance import provenance, server_info
     from trainer_client.evaluation.policies import PolicyOptions
     from trainer_client.evaluation.results import print_table, summarise, write_outputs
     from trainer_client.evaluation.runner import EvalSettings, evaluate_problems
@@ -106,7 +107,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             concurrency=args.concurrency)
     token = os.environ.get(AUTH_TOKEN_ENV)
 
+    servers: list[dict[str, Any]] = []
+
     async def run(url: str) -> tuple[Any, Any]:
+        servers.append(await asyncio.to_thread(server_info, url, token))  # while the server is up
         try:
             return await evaluate_problems(url, problems, policies, settings, token=token,
                                            progress=not args.no_progress)
@@ -122,6 +126,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         with server_cli.running_server(serve_args) as url:
             results, counters = asyncio.run(run(url))
     summary = summarise(results, settings, policies, counters, time.perf_counter() - start, options.cost_per_million)
+    summary["provenance"] = {**provenance({k: v for k, v in vars(args).items() if k != "func"}), "env_servers": servers}
     out = Path(args.output_dir)
     write_outputs(out, summary, results, settings)
     print_table(summary)

@@ -13,7 +13,9 @@
   ``turns``; ``error_kinds`` (markers over the chosen episodes' turns); ``mean_turns``;
 - ``tokens`` and ``requests`` per policy (prompt/completion tokens, requests, failed, cost in the
   currency of ``--cost-per-million``), ``requests_failed``, ``actions_rejected``,
-  ``episodes_failed``, ``episodes``, ``scoring_episodes``, ``seconds``.
+  ``episodes_failed``, ``episodes``, ``scoring_episodes``, ``seconds``;
+- ``provenance``: the commit, library versions, the command's arguments and their hash, the
+  env server and its problem source, the machine (:mod:`env_server.provenance`).
 
 ``trajectories.jsonl``: one line per played episode, in the server's ``--trajectory-log`` line
 schema (``episode_id``, ``problem_id``, ``turns`` with ``t``/``role``/``round``/``content``,

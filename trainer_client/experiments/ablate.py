@@ -193,6 +193,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
 
     from env_server.debate.problems import load_problem_source
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
+    from env_server.provenance import provenance
     from trainer_client.config import PRESETS, TINY_MODELS, load_config, tiny_model_teachers
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers, heldout_seeds
     from trainer_client.experiments.hint_probe import probe_hints
@@ -266,6 +267,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
     runs_bar = tqdm(total=total_runs, desc="runs (arm × seed)", position=0)
     steps_bar = tqdm(total=0, desc="steps", position=1, leave=False)
     with _server(args.env_url, problems) as url:
+        record = provenance({"train": base.model_dump(mode="json"), "ablate": {k: v for k, v in vars(args).items()
+                                                                            if k != "func"}}, [url], base.env_token)
         for seed in range(args.seeds):
             for arm in arms:
                 if arm.shuffle_rewards and seed >= control_seeds:
@@ -323,7 +326,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
     }
-    write_ablation_report(out, protocol, befores, results, controls)
+    write_ablation_report(out, protocol, befores, results, controls, provenance=record)
     return out
 
 
@@ -395,6 +398,7 @@ TINY_MODEL_SETTINGS: dict[str, dict[str, Any]] = {"tiny-sums": {"learning_rate":
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers
+    from trainer_client.experiments.reporting import read_metrics
 
     model, tokenizer = _load(run_dir / "final")
     mode = eval_kwargs.get("mode", "debate")
@@ -406,7 +410,7 @@ def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: b
                                   "judge_accuracy": episodes.judge_accuracy}
     (run_dir / "heldout.json").write_text(json.dumps(heldout, indent=2))
     metrics = run_dir / "metrics.jsonl"
-    curve = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
+    curve = read_metrics(metrics) if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
     return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, heldout,
                      [r.correct for r in report.records], mode, replay_figures(curve))

@@ -1,7 +1,11 @@
 """Run outputs: ``metrics.jsonl`` (one line per logged step) and a PNG of rewards and losses.
 
 Metrics travel through TRL's own logging (so ``report_to`` tensorboard/wandb sees them too);
-this callback only mirrors each training log line into a file.
+this callback only mirrors each training log line into a file. Besides the step lines
+(``{"step": int, <metric>: float, ...}``), ``metrics.jsonl`` holds event lines, which carry an
+``"event"`` key and no ``"step"``: the first line (``"start"``, with the run's provenance) and
+one line per resume (``"resume"``: ``from_step``, ``checkpoint``, ``dropped_lines``, the
+resumed process's provenance). Read the step lines with :func:`read_metrics`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.utils import logging as transformers_logging
 
-__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "plot_metrics",
-           "weight_bars_off", "write_ablation_report"]
+__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "MetricsFileCallback", "QuietProgressCallback", "metrics_events",
+           "plot_metrics", "read_metrics", "weight_bars_off", "write_ablation_report"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
 """The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
@@ -28,12 +32,38 @@ ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/ju
 
 class MetricsFileCallback(TrainerCallback):
     """Appends every training log that carries the loss channels to ``path`` as a JSON line
-    ``{"step": int, <metric>: float, ...}``."""
+    ``{"step": int, <metric>: float, ...}`` (the main process only).
 
-    def __init__(self, path: str | Path) -> None:
+    Args:
+        path: the ``metrics.jsonl`` file.
+        event: the event line written when training begins (``{"event": "start", ...}`` or
+            ``{"event": "resume", ...}``); ``None``: none.
+        keep_bytes: ``None``: a new file (an old one is emptied). A resume's byte offset: the
+            file is cut there first (the lines logged after the checkpoint came from steps that
+            are trained again), and the resume line says how many lines were dropped.
+    """
+
+    def __init__(self, path: str | Path, event: dict[str, Any] | None = None, keep_bytes: int | None = None) -> None:
         self.path = Path(path)
+        self.event = event
+        self.keep_bytes = keep_bytes
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")
+        dropped = 0
+        if self.keep_bytes is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            with self.path.open("r+b") as handle:
+                handle.seek(self.keep_bytes)
+                dropped = sum(1 for line in handle.read().splitlines() if line.strip())
+                handle.truncate(self.keep_bytes)
+        if self.event is not None:
+            event = {**self.event, "dropped_lines": dropped} if self.keep_bytes is not None else self.event
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(event) + "\n")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs or "loss/total" not in logs:
@@ -42,6 +72,19 @@ class MetricsFileCallback(TrainerCallback):
         line.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
         with self.path.open("a") as handle:
             handle.write(json.dumps(line) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The step lines of a ``metrics.jsonl`` (:class:`MetricsFileCallback`), in order, without its
+    event lines (start, resumes)."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [line for line in lines if "event" not in line]
+
+
+def metrics_events(path: str | Path) -> list[dict[str, Any]]:
+    """The event lines of a ``metrics.jsonl``: its ``start`` line and a ``resume`` line per resume."""
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [line for line in lines if "event" in line]
 
 
 class QuietProgressCallback(ProgressCallback):
@@ -117,7 +160,7 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line.strip()]
+    lines = read_metrics(metrics_path)
     if not lines:
         raise ValueError(f"{metrics_path} holds no metrics")
     replay = any(key in line for line in lines for key in REPLAY_KEYS)
@@ -150,7 +193,8 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
 
 
 def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str, tuple[dict[str, Any], list[bool]]],
-                          results: list[Any], controls: dict[str, dict[str, Any]]) -> None:
+                          results: list[Any], controls: dict[str, dict[str, Any]],
+                          provenance: dict[str, Any] | None = None) -> None:
     """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
 
     Args:
@@ -164,6 +208,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             starting policy in its own mode (a run's ``mode``).
         results: :class:`~trainer_client.experiments.ablate.RunResult` per (arm, seed), controls included.
         controls: the answer-only controls (:func:`~trainer_client.experiments.ablate.static_controls`).
+        provenance: the ablation's provenance (:func:`env_server.provenance.provenance`), kept
+            as ``summary.json``'s ``provenance`` (each run's own is in its ``provenance.json``).
 
     Raises:
         KeyError: a run's mode has no starting-policy figures in ``befores``.
@@ -175,7 +221,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
         arms.setdefault(result.arm, []).append(result)
     first_mode = next(iter(befores))
     summary: dict[str, Any] = {"protocol": protocol, "before": befores[first_mode][0], "controls": controls,
-                               "arms": {}}
+                               "arms": {}, "provenance": provenance}
     if len(befores) > 1:
         summary["before_by_mode"] = {mode: figures for mode, (figures, _) in befores.items()}
     for name, runs in arms.items():

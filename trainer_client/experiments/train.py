@@ -1,7 +1,9 @@
 """One training run (``mathdebate train``, the demo's training, every arm of ``ablate``): the
 GRPO arguments from a validated :class:`~trainer_client.config.TrainConfig`, the model, the
 teachers and pair store of trace replay, the user reward function, then TRL's loop and the
-run's outputs (``metrics.jsonl``, ``training.png``, ``config.yaml``, ``final/``).
+run's outputs (``metrics.jsonl``, ``training.png``, ``config.yaml``, ``provenance.json``,
+checkpoints holding the whole run, ``final/``). With ``resume_from_checkpoint`` the run
+continues from its last complete checkpoint (:mod:`trainer_client.experiments.checkpoints`).
 
 Nothing heavy is imported until :func:`run_training` runs."""
 
@@ -19,6 +21,7 @@ import yaml
 
 from env_server import cli as server_cli
 from env_server.client.replicas import parse_urls
+from env_server.provenance import provenance, write_provenance
 from trainer_client.experiments.tiny_model import is_tiny_model_name, tiny_model_path
 
 __all__ = ["load_model", "rank_path", "run_training"]
@@ -50,15 +53,20 @@ def resolve_tiny_teachers(teachers: Sequence[Any], parent: Path) -> list[Any]:
 def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -> Path:
     """Train with a validated :class:`~trainer_client.config.TrainConfig`; returns the output dir.
 
-    Writes ``metrics.jsonl``, ``training.png``, ``config.yaml``, checkpoints (every
-    ``save_steps``) and the final model (``final/``) into ``config.output_dir``. ``callbacks``
-    are extra ``transformers.TrainerCallback`` objects (e.g. an outer progress bar).
+    Writes ``metrics.jsonl``, ``training.png``, ``config.yaml``, ``provenance.json``, checkpoints
+    (every ``save_steps``) and the final model (``final/``) into ``config.output_dir``.
+    ``callbacks`` are extra ``transformers.TrainerCallback`` objects (e.g. an outer progress bar).
+    Env sessions left open by an earlier process of the run (killed) are closed first; the
+    run's own are closed at the end.
 
     transformers' own bars of each model load and save are off during the run
     (:func:`~trainer_client.experiments.reporting.weight_bars_off`): the training bar is the one shown.
 
     Raises:
         ConnectionError: the env server does not answer.
+        trainer_client.experiments.checkpoints.ResumeError: ``resume_from_checkpoint`` names no
+            complete checkpoint, or one this run cannot continue (other process count, other
+            initial policy, other loss channels).
     """
     from trainer_client.experiments.reporting import weight_bars_off
 
@@ -74,9 +82,11 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
     from trl.trainer.grpo_config import GRPOConfig
 
     from trainer_client.credit.shaping import create_strategy_from_config
-    from trainer_client.experiments.reporting import MetricsFileCallback, QuietProgressCallback, plot_metrics
+    from trainer_client.experiments import checkpoints
+    from trainer_client.experiments.reporting import QuietProgressCallback, plot_metrics
     from trainer_client.losses.base import build_auxiliary_loss
-    from trainer_client.rollout.environment import environment_factory
+    from trainer_client.rollout.environment import environment_factory, shared_client
+    from trainer_client.rollout.sessions import SessionLedger
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
     from trainer_client.trainer import DebateGRPOTrainer
     from trainer_client.trl_compat import checkpointing_off
@@ -113,8 +123,11 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         disable_tqdm=not progress,
     )
     main = args.process_index == 0
-    if main:
-        (output_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    config_data = config.model_dump(mode="json")
+    resume_from = (checkpoints.resume_checkpoint(config.resume_from_checkpoint, output_dir)
+                   if config.resume_from_checkpoint else None)
+    if main and (resume_from is None or not (output_dir / "config.yaml").exists()):  # a resume keeps the run's
+        (output_dir / "config.yaml").write_text(yaml.safe_dump(config_data, sort_keys=False))
     token = config.env_token
     env_urls = parse_urls(config.env_url)
     for url in env_urls:  # every replica must be up at start (later, sessions go to the healthy ones)
@@ -123,6 +136,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         except RuntimeError as exc:
             raise ConnectionError(f"env server at {url} is not reachable: start `mathdebate serve`") from exc
     hints = _fetch_json(f"{env_urls[0]}/hints", token)
+    record = provenance(config_data, env_urls, token, vllm=config.use_vllm) if main else {}
 
     torch.manual_seed(config.seed)
     with args.main_process_first(local=False, desc="building or downloading the model"):
@@ -130,6 +144,21 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         # what it wrote (or, on another machine's disk, build their own) instead of writing the
         # same files at the same time
         model, tokenizer = load_model(config.model, output_dir)
+    initial_policy = checkpoints.weights_fingerprint(model)  # the reference policy's identity
+    resume = (checkpoints.load_resume_state(resume_from, args.process_index, args.world_size, config_data,
+                                            initial_policy) if resume_from is not None else None)
+    # sessions an earlier process of this run left open (it was killed) end now, not with the
+    # server's resume window; this process's own are written down as they open
+    ledger = SessionLedger(rank_path(output_dir / "env_sessions.jsonl", args.process_index, args.world_size))
+    closed, gone = ledger.close_left_open(token)
+    if closed or gone:
+        log.info("closed %d env session(s) an earlier process of this run left open (%d were gone already)",
+                 closed, gone)
+    if resume is not None and resume.step >= config.max_steps:  # Trainer.train would train one step more
+        log.info("nothing to resume: %s is at step %d of max_steps %d", resume.checkpoint, resume.step, config.max_steps)
+        if main and not (output_dir / "final").is_dir():
+            checkpoints.final_model_from_checkpoint(resume.checkpoint, output_dir / "final")
+        return output_dir
     dataset = Dataset.from_list([
         {"prompt": [{"role": "system", "content": DEBATE_SYSTEM_PROMPT}, {"role": "user", "content": ""}],
          "seed": config.seed + i}
@@ -174,8 +203,8 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         train_dataset=dataset,
         processing_class=tokenizer,
         environment_factory=environment_factory(config.env_url, token, config.max_rounds, config.rewards_timeout_s,
-                                                config.mode),
-        callbacks=[MetricsFileCallback(output_dir / "metrics.jsonl"), *callbacks],
+                                                config.mode, ledger=ledger),
+        callbacks=[_metrics_callback(output_dir / "metrics.jsonl", record, resume), *callbacks],
         shaping_strategy=create_strategy_from_config(config.reward_shaping),
         scale_advantages=config.scale_advantages,
         sdpo=config.sdpo,
@@ -192,13 +221,25 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         shuffle_rewards=config.shuffle_rewards,
         unfinished_debate_reward=config.unfinished_debate_reward,
     )
+    trainer.add_callback(checkpoints.CheckpointStateCallback(
+        trainer, {"config": config_data, "training_config_sha256": checkpoints.training_config_hash(config_data),
+                  "reference_policy": {"model": config.model, "weights_fingerprint": initial_policy},
+                  "provenance": record},
+        output_dir / "metrics.jsonl",
+        lambda: {"sessions_ledger": str(ledger.path), "env_urls": env_urls,
+                 "reruns": shared_client(config.env_url, token).replays}))
+    if resume is not None:
+        checkpoints.restore_trainer_state(trainer, resume)
+        log.info("resuming from %s (step %d)", resume.checkpoint, resume.step)
+    if main:
+        _write_run_provenance(output_dir, record, resume)
     if progress:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(QuietProgressCallback())
     else:  # no bar: transformers then prints every log dict (PrinterCallback); metrics.jsonl has them
         trainer.remove_callback(PrinterCallback)
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(resume.checkpoint) if resume is not None else None)
         if teacher_pool is not None:  # keep the pairs of the last steps' replays
             teacher_pool.wait(timeout_s=60)
             trainer.flush_replay_pairs()
@@ -207,10 +248,33 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
             teacher_pool.close()
         if reward_runner is not None:
             reward_runner.close()
+        ledger.close_own()
     trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it
     if main:
         plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
     return output_dir
+
+
+def _metrics_callback(path: Path, record: dict[str, Any], resume: Any):
+    """``metrics.jsonl``'s writer: a new file starting with the run's provenance, or, on a
+    resume, the file cut back to the checkpoint with a line marking the resume."""
+    from trainer_client.experiments.reporting import MetricsFileCallback
+
+    if resume is None:
+        return MetricsFileCallback(path, {"event": "start", "provenance": record})
+    return MetricsFileCallback(path, {"event": "resume", "from_step": resume.step, "checkpoint": str(resume.checkpoint),
+                                      "provenance": record}, keep_bytes=int(resume.run["metrics"]["offset"]))
+
+
+def _write_run_provenance(output_dir: Path, record: dict[str, Any], resume: Any) -> None:
+    """``provenance.json``: the run's start, with one entry per resume under ``resumes``."""
+    path = output_dir / "provenance.json"
+    if resume is None or not path.exists():
+        write_provenance(output_dir, {**record, "resumes": []})
+        return
+    data = json.loads(path.read_text())
+    data.setdefault("resumes", []).append({"from_step": resume.step, "checkpoint": str(resume.checkpoint), **record})
+    write_provenance(output_dir, data)
 
 
 def rank_path(path: Path, process_index: int, world_size: int) -> Path:

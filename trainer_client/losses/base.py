@@ -24,7 +24,9 @@ A term acts on the tokens of the roles in :attr:`AuxiliaryLoss.roles` only (per-
 give each role's tokens to its own term). Register a new term with
 :func:`register_auxiliary_loss` and turn it on from the config (``aux_losses: [{name: ...,
 weight: ..., params: {...}}]``); ``tests/trainer_client/losses/test_base.py`` builds one with a
-hand-computed value.
+hand-computed value. A term with state that a resumed run needs (a random stream, a store)
+saves it through :meth:`AuxiliaryLoss.state_dict` and takes it back in
+:meth:`AuxiliaryLoss.load_state_dict` (:mod:`trainer_client.experiments.checkpoints`).
 """
 
 from __future__ import annotations
@@ -142,6 +144,17 @@ class AuxiliaryLoss(ABC):
 
     def finish(self) -> None:  # noqa: B027  (optional hook)
         """Called after training (e.g. store the last pairs)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The term's state as JSON data, saved in every checkpoint (called on the training
+        thread after the step's optimiser update; a term may first finish its background work so
+        that the checkpoint holds it, as trace replay stores the pairs its teachers finish).
+        Terms without state keep the default ``{}``."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027  (optional hook)
+        """Continue from a checkpoint's :meth:`state_dict` (a resumed run; called once, after
+        :meth:`bind`)."""
 
 
 _REGISTRY: dict[str, type[AuxiliaryLoss]] = {}

@@ -90,6 +90,10 @@ class PairStore:
         self._pairs: list[DpoPair] = []
         self._lock = threading.Lock()
         self._warned_untokenized = False
+        self._load()
+
+    def _load(self) -> None:
+        self._pairs = []
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
@@ -139,6 +143,39 @@ class PairStore:
         with self._lock:
             pairs = list(self._pairs)
         return [p for p in pairs if p.has_token_ids and p.ref_chosen_logp is not None and p.ref_rejected_logp is not None]
+
+    def state_dict(self) -> dict[str, object]:
+        """Where the store stands, for a checkpoint: ``{"path": str, "offset": bytes in the
+        file, "count": pairs}`` (the file is append-only, so the offset marks every pair
+        stored so far)."""
+        with self._lock:
+            offset = self.path.stat().st_size if self.path.exists() else 0
+            return {"path": str(self.path), "offset": offset, "count": len(self._pairs)}
+
+    def load_state_dict(self, state: dict[str, object]) -> int:
+        """Go back to a checkpoint's :meth:`state_dict`: the file is cut at its ``offset`` (the
+        pairs stored after the checkpoint came from steps that will be trained again, and
+        would otherwise be stored twice) and reloaded. Returns the number of pairs dropped.
+
+        Raises:
+            ValueError: the file is shorter than the checkpoint says, or the pairs before the
+                offset are not the checkpoint's ``count`` (another file, or one rewritten since).
+        """
+        offset, count = int(state["offset"]), int(state["count"])  # type: ignore[call-overload]  # JSON ints
+        with self._lock:
+            size = self.path.stat().st_size if self.path.exists() else 0
+            if size < offset:
+                raise ValueError(f"{self.path} holds {size} bytes, fewer than the checkpoint's {offset}: "
+                                 "it is not the pair store the checkpoint was taken with")
+            if size > offset:
+                with self.path.open("r+b") as handle:
+                    handle.truncate(offset)
+            before = len(self._pairs)
+            self._load()
+            if len(self._pairs) != count:
+                raise ValueError(f"{self.path} holds {len(self._pairs)} pairs before byte {offset}, the checkpoint "
+                                 f"says {count}: it is not the pair store the checkpoint was taken with")
+        return before - count
 
 
 def is_heldout_pair(pair: DpoPair, share: float) -> bool:

@@ -35,7 +35,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -426,12 +426,17 @@ class AnswerEquivalence:
         self._thread = threading.Thread(target=self._loop.run_forever, name="teacher-grader", daemon=True)
         self._thread.start()
         self._grader = Grader(GradingConfig(workers=workers))
+        # the workers start and warm up now, and a grade waits for that (up to 10 min) before its
+        # own timeout runs: a cold start on a loaded machine (a resumed run's first step) must not
+        # fail or time out the first replays' grades, which a warm run would have made pairs of
+        self._warm = asyncio.run_coroutine_threadsafe(self._grader.start(), self._loop)
 
     def __call__(self, gold: str, answer: str) -> bool:
         if gold in ("CORRECT", "INCORRECT") or answer in ("CORRECT", "INCORRECT"):
             return gold == answer
         if normalize_answer(gold) == normalize_answer(answer):
             return True
+        wait([self._warm], timeout=600)
         future = asyncio.run_coroutine_threadsafe(self._grader.grade(gold, answer), self._loop)
         return future.result(self.timeout_s).correct
 
@@ -633,6 +638,17 @@ class TeacherPool:
         if counters.get("pairs/graded"):
             counters["pairs/precision"] = counters.get("pairs/correct", 0.0) / counters["pairs/graded"]
         return counters
+
+    def state_dict(self) -> dict[str, Any]:
+        """The calls, tokens and cost used so far, for a checkpoint (:meth:`counters`' values)."""
+        with self._lock:
+            return {"counters": dict(self._counters), "cost_usd": self._cost}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the counters of a checkpoint's :meth:`state_dict` (a resumed run)."""
+        with self._lock:
+            self._counters = Counter({k: int(v) for k, v in state["counters"].items()})
+            self._cost = float(state["cost_usd"])
 
     def close(self) -> None:
         """Stop the threads (queued replays are cancelled) and the grader."""

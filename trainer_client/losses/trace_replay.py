@@ -94,8 +94,8 @@ class TraceReplayDPO(AuxiliaryLoss):
 
     def prepare(self, batch: ScoredBatch) -> torch.Tensor | None:
         if batch.mode == "train":
+            self.store_new_pairs()  # before this batch's replays go out: none of them can race in
             self.submit_replays(batch)
-            self.store_new_pairs()
         return None
 
     def submit_replays(self, batch: ScoredBatch) -> None:
@@ -142,7 +142,10 @@ class TraceReplayDPO(AuxiliaryLoss):
         template_kwargs = trainer.chat_template_kwargs
         assert isinstance(template_kwargs, dict), "TrainingArguments parses chat_template_kwargs into a dict"
         pairs = []
-        for pair in self.teacher_pool.collect():
+        # in an order that does not depend on which teacher thread finished first
+        collected = sorted(self.teacher_pool.collect(), key=lambda p: (p.created_step, p.t, p.role.value,
+                                                                       p.context_ids or [], p.rejected_ids or []))
+        for pair in collected:
             message = tool_call_message(pair.role, pair.chosen)
             if message is None or not (pair.context_ids and pair.rejected_ids):
                 log.warning("replay pair (episode %s, t=%d) dropped: %s", pair.episode_id, pair.t,
@@ -163,6 +166,28 @@ class TraceReplayDPO(AuxiliaryLoss):
     def finish(self) -> None:
         """Store the pairs the teachers finished since the last step (call after training)."""
         self.store_new_pairs()
+
+    def state_dict(self) -> dict[str, Any]:
+        """For a checkpoint: the replays in flight are awaited (up to 10 min: each teacher call
+        has its own timeout and retries) and their pairs stored, so the checkpoint holds every pair
+        of its steps; then the pair sampling stream, the store's position
+        (:meth:`PairStore.state_dict`) and the teachers' counters."""
+        self.teacher_pool.wait(timeout_s=600)
+        self.store_new_pairs()
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "pair_store": self.pair_store.state_dict(),
+                "teacher_pool": self.teacher_pool.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the store cut back to its position, the stream and
+        the counters where they were."""
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        dropped = self.pair_store.load_state_dict(state["pair_store"])
+        if dropped:
+            log.info("replay pair store: %d pair(s) stored after the checkpoint dropped (their steps are trained "
+                     "again)", dropped)
+        self.teacher_pool.load_state_dict(state["teacher_pool"])
 
     def batch_metrics(self) -> dict[str, float]:
         metrics = {name: float(value) for name, value in self.teacher_pool.counters().items()}

@@ -42,6 +42,7 @@ from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, SessionLostError,
 from env_server.client.replicas import SyncReplicaPool, parse_urls
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation, EpisodeRewards
+from trainer_client.rollout.sessions import SessionLedger
 from trainer_client.rollout.tools import (
     _FORFEIT,
     DEBATE_OVER,
@@ -84,6 +85,7 @@ class DebateEnvironment:
     _mode: ClassVar[str | None] = None
     _rewards_timeout_s: ClassVar[float] = GRADED_EPISODE_WAIT_S
     _rerun_after_s: ClassVar[float] = RERUN_AFTER_S
+    _ledger: ClassVar[SessionLedger | None] = None
 
     def __init__(self) -> None:
         self._client = shared_client(self._base_url, self._token, self._rerun_after_s)
@@ -242,20 +244,28 @@ class DebateEnvironment:
         past the reconnect budget, a new session is placed on a healthy replica, the episode
         is re-run there (``reset``: just reopened) and ``call`` runs once more."""
         if self._session is None:
-            self._session = self._client.open_session()
+            self._session = self._open_session()
         try:
             return call(self._session)
         except (ConnectionError, SessionLostError) as exc:
             log.warning("env session %s lost (%s): continuing on a new session", self._session.session_id, exc)
-            self._session = self._client.open_session()
+            self._session = self._open_session()
             if not may_reopen and self._observation is not None:
                 self._rerun_episode()
             return call(self._session)
         except MuxError as exc:
             if not (may_reopen and exc.code == "UNKNOWN_SESSION"):
                 raise
-            self._session = self._client.open_session()
+            self._session = self._open_session()
             return call(self._session)
+
+    def _open_session(self) -> SyncMuxSession:
+        """A new session on the least-loaded healthy replica, written in the ledger (when the
+        factory has one) before it is used."""
+        session = self._client.open_session()
+        if self._ledger is not None:
+            self._ledger.opened(self._client.replica_of(session), session)
+        return session
 
     def _rerun_episode(self) -> None:
         """Replay the current episode on the (new) session: same problem, same settings, the
@@ -284,7 +294,8 @@ class DebateEnvironment:
 
 def environment_factory(base_url: str | Sequence[str], token: str | None = None, max_rounds: int | None = None,
                         rewards_timeout_s: float = GRADED_EPISODE_WAIT_S,
-                        mode: str | None = None, replay_after_s: float = RERUN_AFTER_S) -> type[DebateEnvironment]:
+                        mode: str | None = None, replay_after_s: float = RERUN_AFTER_S,
+                        ledger: SessionLedger | None = None) -> type[DebateEnvironment]:
     """The zero-argument factory to pass as ``GRPOTrainer(environment_factory=...)``.
 
     Args:
@@ -297,6 +308,9 @@ def environment_factory(base_url: str | Sequence[str], token: str | None = None,
         rewards_timeout_s: how long ``get_reward`` waits for the graded record.
         mode: every episode's mode (``"debate"`` or ``"single"``, RFC 0006); ``None``: the
             server's ``--mode``.
+        ledger: where every session opened is written down
+            (:class:`~trainer_client.rollout.sessions.SessionLedger`), so that sessions are
+            closed at the end of training, or by the run that resumes a dead one.
 
     Returns:
         A :class:`DebateEnvironment` subclass bound to these settings (a class is a zero-arg
@@ -306,5 +320,6 @@ def environment_factory(base_url: str | Sequence[str], token: str | None = None,
         "DebateEnvironment",
         (DebateEnvironment,),
         {"_base_url": tuple(parse_urls(base_url)), "_token": token, "_max_rounds": max_rounds,
-         "_rewards_timeout_s": rewards_timeout_s, "_mode": mode, "_rerun_after_s": replay_after_s},
+         "_rewards_timeout_s": rewards_timeout_s, "_mode": mode, "_rerun_after_s": replay_after_s,
+         "_ledger": ledger},
     )

@@ -248,6 +248,14 @@ def test_ablate_learns_beyond_the_warm_up_and_the_answer_only_controls(tiny_lear
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["arms"]) == {"baseline"}
+    from provenance_checks import check_provenance
+
+    from env_server.debate.problems import load_problem_source
+
+    check_provenance(summary["provenance"], [load_problem_source("gen:single_digit_sum").fingerprint()])
+    assert summary["provenance"]["config"]["ablate"]["arms"] == ["baseline"]
+    check_provenance(json.loads((out / "runs" / "baseline" / "seed0" / "provenance.json").read_text()),
+                     [load_problem_source("gen:single_digit_sum").fingerprint()])
     baseline = summary["arms"]["baseline"]
     assert baseline["seeds"] == [0] and baseline["accuracy_before"] == summary["before"]["accuracy"]
     assert not baseline["gold_supervised"] and baseline["episode_reward_after"] is not None

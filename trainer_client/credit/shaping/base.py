@@ -199,6 +199,16 @@ class RewardShapingStrategy(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not implement shape")
 
+    def state_dict(self) -> dict[str, Any]:
+        """State carried from batch to batch (running statistics), as JSON data, saved in every
+        training checkpoint. The built-in strategies are functions of the batch and keep the
+        default ``{}``; a strategy with state returns it here and takes it back in
+        :meth:`load_state_dict`."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027  (optional hook: no built-in keeps state)
+        """Continue from a checkpoint's :meth:`state_dict` (a resumed run)."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params!r})"
 
