@@ -130,6 +130,9 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         # what it wrote (or, on another machine's disk, build their own) instead of writing the
         # same files at the same time
         model, tokenizer = load_model(config.model, output_dir)
+    from trainer_client.policies.setup import setup_policies
+
+    policies = setup_policies(config, model, args)  # per-role adapters, endpoint; nothing without `policies`
     dataset = Dataset.from_list([
         {"prompt": [{"role": "system", "content": DEBATE_SYSTEM_PROMPT}, {"role": "user", "content": ""}],
          "seed": config.seed + i}
@@ -169,7 +172,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
             except Exception:  # the server serves problems this trainer's source lacks
                 return None
     trainer = DebateGRPOTrainer(
-        model=model,
+        model=policies.model,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -191,6 +194,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         auxiliary_losses=[build_auxiliary_loss(aux.name, aux.weight, aux.params, aux.roles) for aux in config.aux_losses],
         shuffle_rewards=config.shuffle_rewards,
         unfinished_debate_reward=config.unfinished_debate_reward,
+        **policies.trainer_kwargs,
     )
     if progress:
         trainer.remove_callback(ProgressCallback)
@@ -207,7 +211,8 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
             teacher_pool.close()
         if reward_runner is not None:
             reward_runner.close()
-    trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it
+        policies.close()
+    trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it (adapters: final/<name>/)
     if main:
         plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
     return output_dir
