@@ -377,13 +377,16 @@ TINY_ABLATION_SETTINGS: dict[str, Any] = {
 
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
+    from env_server.protocol.markers import Role
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers
+    from trainer_client.experiments.run_policies import load_run_policies
 
-    model, tokenizer = _load(run_dir / "final")
+    model, tokenizer, play_as = load_run_policies(run_dir)  # per-role adapters: each role's own
     mode = eval_kwargs.get("mode", "debate")
-    report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
+    with play_as(Role.SOLVER):
+        report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
     episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"],
-                                 mode=mode)
+                                 mode=mode, play_as=play_as)
     eval_seconds.append(report.seconds + episodes.seconds)
     heldout = report.summary() | {"episode_reward": episodes.episode_reward, "finished_rate": episodes.finished_rate,
                                   "judge_accuracy": episodes.judge_accuracy}
