@@ -22,6 +22,7 @@ from trainer_client.losses.base import ScoredBatch
 from trainer_client.losses.pair_store import DpoPair, PairStore
 from trainer_client.losses.teachers import Teacher, TeacherConfig, TeacherPool, TeacherReply
 from trainer_client.trainer import DebateGRPOTrainer
+from trainer_client.trl_compat import restore_class_forward
 
 HINTS = {"solver/wrong_answer": "Your final answer is not correct. Re-derive it step by step."}
 
@@ -350,6 +351,7 @@ def test_replay_steps_raise_the_chosen_side_not_only_the_margin(model_and_tokeni
 
     model, tokenizer = model_and_tokenizer
     model = copy.deepcopy(model)
+    restore_class_forward(model)  # an earlier trainer patched the shared model's forward; the copy must run itself
     store = PairStore(tmp_path / "pairs.jsonl")
     config = ReplayConfig(beta=1.0, dpo_beta=0.1, pairs_per_step=2, rpo_alpha=rpo_alpha, heldout_pair_share=0.0)
     trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, replay=config, teacher_pool=object(),
