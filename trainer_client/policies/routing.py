@@ -67,9 +67,10 @@ class RowTracker:
     trl 1.16 ``_tool_call_loop`` generates, each round, for the rows that called a tool (in
     batch order), each prompt being that row's prompt and completion so far plus the tool
     result; it passes no row index. A row's tokens so far are therefore a prefix of its next
-    prompt: each prompt goes to the first row after the previous match whose tokens are a
-    prefix of it. Rows whose tokens are identical so far are interchangeable here (the same
-    history gives the same environment state and the same acting role).
+    prompt: each prompt goes to the row after the previous match whose tokens are the longest
+    prefix of it (a row that stopped earlier keeps a shorter record), the first of equals. Rows
+    whose tokens are identical so far are interchangeable here (the same history gives the same
+    environment state and the same acting role).
     """
 
     def __init__(self) -> None:
@@ -88,15 +89,19 @@ class RowTracker:
         if self._seen is None:
             self._seen = [[] for _ in prompt_ids]
             return list(range(len(prompt_ids)))
-        rows, row = [], 0
+        rows, last = [], -1
         for ids in prompt_ids:
-            while row < len(self._seen) and list(ids[:len(self._seen[row])]) != self._seen[row]:
-                row += 1
-            if row == len(self._seen):
+            head = list(ids)
+            best = None
+            for row in range(last + 1, len(self._seen)):
+                seen = self._seen[row]
+                if head[:len(seen)] == seen and (best is None or len(seen) > len(self._seen[best])):
+                    best = row
+            if best is None:
                 raise RuntimeError("a tool-loop prompt extends no rollout of the batch; role routing needs trl 1.16's "
                                    "_tool_call_loop (prompt = the rollout so far + the tool result)")
-            rows.append(row)
-            row += 1
+            rows.append(best)
+            last = best
         return rows
 
     def advance(self, rows: Sequence[int], prompt_ids: Sequence[Sequence[int]],

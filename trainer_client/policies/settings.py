@@ -132,17 +132,24 @@ class PoliciesConfig(_Strict):
     judge: RolePolicy | None = None
     lora: LoraSettings = Field(default_factory=LoraSettings)
 
+    @field_validator("judge")
+    @classmethod
+    def _judge_untrained(cls, value: RolePolicy | None) -> RolePolicy | None:
+        if value is not None and value.adapter is not None:
+            raise ValueError("the judge is never trained (it earns no reward of its own): give it frozen: true or an "
+                             "endpoint")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> PoliciesConfig:
-        if self.judge is not None and self.judge.adapter is not None:
-            raise ValueError("judge: the judge is never trained (it earns no reward of its own): give it frozen: true "
-                             "or an endpoint")
         if any(e is not None and e.frozen for e in map(self.entry, Role)) and not self.adapters:
             raise ValueError("frozen: true needs the base weights frozen, i.e. at least one role with an adapter "
                              "(without adapters the shared policy trains the base)")
         for name in self.adapters:
             entries = [self.entry(role) for role in self.adapter_roles(name)]
-            if len({(e.learning_rate, e.lora) for e in entries if e is not None and (e.learning_rate or e.lora)}) > 1:
+            own = {(e.learning_rate, e.lora.model_dump_json() if e.lora else None) for e in entries
+                   if e is not None and (e.learning_rate is not None or e.lora is not None)}
+            if len(own) > 1:
                 raise ValueError(f"adapter {name!r} is shared by {', '.join(r.value for r in self.adapter_roles(name))} "
                                  "with different learning_rate or lora settings")
         return self
