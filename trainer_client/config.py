@@ -22,6 +22,7 @@ from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.shaping import RewardShapingConfig
 from trainer_client.losses.base import auxiliary_loss_class
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
+from trainer_client.policies.settings import PoliciesConfig
 
 __all__ = [
     "ORACLE_TEACHERS",
@@ -175,7 +176,8 @@ class TrainConfig(_Strict):
         reward_shaping: the role-mapped shaping strategy (missing: identity).
         scale_advantages: divide by the per-role group std (TRL's ``scale_rewards="group"``).
         sdpo, replay: the two extra loss channels.
-        advantage_estimator: ``grpo`` (group normalisation per role) or ``gigpo``
+        advantage_estimator: ``grpo`` (group normalisation per role), ``grpo_turn`` (per role and
+            that role's k-th turn, :mod:`trainer_client.credit.turn_groups`) or ``gigpo``
             (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`).
         gigpo: GiGPO settings.
         aux_losses: further loss channels (:class:`AuxLossConfig`), each added as ``weight · loss``.
@@ -192,6 +194,8 @@ class TrainConfig(_Strict):
             turns); ``null`` keeps the server's grade, which then rests on the solver's answer
             alone and lets a policy skip the verifier and judge for free
             (:func:`~trainer_client.credit.advantages.score_unfinished_debates`).
+        policies: the policy of each role (:mod:`trainer_client.policies.settings`): a LoRA
+            adapter, the frozen base or an endpoint; none: the shared policy.
     """
 
     model: str = "tiny"
@@ -232,13 +236,14 @@ class TrainConfig(_Strict):
     scale_advantages: bool = True
     sdpo: SDPOConfig = Field(default_factory=SDPOConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
-    advantage_estimator: Literal["grpo", "gigpo"] = "grpo"
+    advantage_estimator: Literal["grpo", "grpo_turn", "gigpo"] = "grpo"
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
     aux_losses: list[AuxLossConfig] = Field(default_factory=list)
     reward_function: RewardFunctionConfig | None = None
     shuffle_rewards: bool = False
     unfinished_debate_reward: float | None = 0.0
     resume_from_checkpoint: bool | str | None = None
+    policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -263,6 +268,9 @@ class TrainConfig(_Strict):
         if self.per_device_train_batch_size * self.gradient_accumulation_steps % self.num_generations:
             raise ValueError("per_device_train_batch_size × gradient_accumulation_steps must be a multiple of "
                              "num_generations (TRL groups each prompt's rollouts in one generation batch)")
+        if self.policies.active and self.use_vllm:
+            raise ValueError("policies: role routing runs on Hugging Face generation (use_vllm: false); per-request "
+                             "LoRA with vLLM is not wired yet")
         return self
 
     @property

@@ -15,6 +15,10 @@ seam to TRL's internals); the maths lives in small modules:
   channels (:mod:`trainer_client.losses.base`): hint distillation (``α``), trace-replay DPO
   (``β``) and any registered from the config; each term is divided by the gradient-accumulation
   steps exactly as TRL scales its own loss.
+- Role routing (``policies``, :mod:`trainer_client.policies.routing`): every generation round
+  (:meth:`DebateGRPOTrainer.generate_round`) and every per-token log-prob
+  (:meth:`DebateGRPOTrainer.token_logps`) goes through the policy of the role whose turn it is;
+  tokens of untrained roles leave the loss.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from trainer_client.losses.hint_distillation import HintDistillation
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
 from trainer_client.losses.trace_replay import TraceReplayDPO
 from trainer_client.model.verdict_probs import verdict_accept_probs
+from trainer_client.policies.routing import ROUTES, RoleRouter
+from trainer_client.policies.settings import PoliciesConfig
 from trainer_client.rollout.spans import Segment, completion_segments
 from trainer_client.trl_compat import GRPOHooks, capture_body_forward, loss_mask_key
 
@@ -67,7 +73,8 @@ class DebateGRPOTrainer(GRPOHooks):
             ``sdpo.alpha > 0``.
         teacher_pool, pair_store: trace replay's teachers and pairs; required when ``replay.beta > 0``.
         auxiliary_losses: further :class:`~trainer_client.losses.base.AuxiliaryLoss` terms.
-        advantage_estimator: ``"grpo"`` (per-role group normalisation) or ``"gigpo"``.
+        advantage_estimator: ``"grpo"`` (per-role group normalisation), ``"grpo_turn"`` (per role
+            and turn, :mod:`trainer_client.credit.turn_groups`) or ``"gigpo"``.
         gigpo: GiGPO settings (default: :class:`~trainer_client.credit.gigpo.GiGPOConfig`).
         reward_runner: a :class:`~trainer_client.credit.reward_functions.RewardFunctionRunner`
             scoring every rollout's messages (pipeline step 1; its step outputs give GiGPO's
@@ -77,6 +84,9 @@ class DebateGRPOTrainer(GRPOHooks):
         shuffle_rewards: the shuffled-reward control (pipeline step 4; never for real training).
         unfinished_debate_reward: the episode reward of a rollout whose debate the adapter had
             to finish by forfeiting turns (pipeline step 2); ``None`` keeps the graded one.
+        policies: per-role policies (the model then carries the adapters,
+            :func:`~trainer_client.policies.adapters.attach_adapters`); ``None``: the shared policy.
+        endpoint: plays the endpoint roles' turns (required when ``policies`` names an endpoint).
 
     Raises:
         ValueError: a channel is on without what it needs, or an unknown estimator.
@@ -88,9 +98,10 @@ class DebateGRPOTrainer(GRPOHooks):
                  auxiliary_losses: list[AuxiliaryLoss] | None = None,
                  advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
-                 unfinished_debate_reward: float | None = 0.0, **kwargs: Any) -> None:
-        if advantage_estimator not in ("grpo", "gigpo"):
-            raise ValueError(f"advantage_estimator must be 'grpo' or 'gigpo', got {advantage_estimator!r}")
+                 unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None,
+                 endpoint: Any = None, **kwargs: Any) -> None:
+        if advantage_estimator not in ("grpo", "grpo_turn", "gigpo"):
+            raise ValueError(f"advantage_estimator must be 'grpo', 'grpo_turn' or 'gigpo', got {advantage_estimator!r}")
         self.sdpo, self.replay = sdpo or SDPOConfig(), replay or ReplayConfig()
         # checked before TRL builds anything (and the channels are built only when on)
         hint = HintDistillation(self.sdpo, hints or {}) if self.sdpo.alpha > 0 else None
@@ -108,9 +119,47 @@ class DebateGRPOTrainer(GRPOHooks):
         self.scale_advantages = scale_advantages
         self.hint_distillation, self.trace_replay = hint, trace
         self.channels: list[AuxiliaryLoss] = [c for c in (hint, trace) if c is not None] + list(auxiliary_losses or [])
+        self.role_router = (RoleRouter(policies, self.accelerator.unwrap_model, endpoint)
+                            if policies is not None and policies.active else None)
+        if endpoint is not None:  # endpoint turns are written in the chat template TRL renders with
+            assert isinstance(self.chat_template_kwargs, dict), "TrainingArguments parses chat_template_kwargs"
+            endpoint.bind(self.processing_class, chat_template=self.chat_template, **self.chat_template_kwargs)
         for channel in self.channels:
+            if self.role_router is not None:  # a channel trains only roles that are trained
+                channel.roles = self.role_router.trained_roles(channel.roles)
             channel.bind(self)
+        if self.role_router is not None:
+            log.info("role policies: %s", self.role_router.policies.describe())
         self._batch_completions: list[list[dict[str, Any]]] = []
+        self._batch_routes: torch.Tensor | None = None  # per-token adapter of this batch, before scoring
+        self._loss_routes: torch.Tensor | None = None  # of the micro-batch in the loss
+
+    # ------------------------------------------------------------------ role routing
+
+    def on_generation_start(self) -> None:
+        if self.role_router is not None:
+            self.role_router.start_rollouts()
+
+    def generate_round(self, prompt_ids: list[list[int]], generate: Any) -> tuple[list[list[int]], Any]:
+        if self.role_router is None:
+            return generate(prompt_ids)
+        environments = self.batch_environments()
+        assert environments is not None and self.model is not None, "TRL builds the environments before generating"
+        return self.role_router.generate_round(self.model, prompt_ids, environments, generate)
+
+    def on_completion_tokens(self, completion_ids: list[list[int]], tool_mask: list[list[int]] | None) -> None:
+        if self.role_router is None or not self.role_router.adapter_routes:
+            return
+        masks = tool_mask or [[1] * len(ids) for ids in completion_ids]
+        segments = [completion_segments(messages, env.trace.turns, mask) for messages, env, mask
+                    in zip(self._batch_completions, self.batch_environments() or [], masks, strict=True)]
+        self._batch_routes = self.role_router.token_routes(segments, max(map(len, completion_ids), default=0))
+
+    def token_logps(self, model: torch.nn.Module, compute: Any) -> tuple[Any, ...]:
+        if self.role_router is None:
+            return compute(model)
+        return self.role_router.logps(model, self._loss_routes if self._loss_routes is not None else self._batch_routes,
+                                      compute)
 
     # ------------------------------------------------------------------ rollouts
 
@@ -151,12 +200,17 @@ class DebateGRPOTrainer(GRPOHooks):
         result = batch_advantages(  # steps 4-8
             all_records, num_generations, self.shaping_strategy, segments, completion_mask.shape[1],
             self.accelerator.process_index * len(records), scale=self.scale_advantages,
-            verifier_accept_probs=accept_probs, gigpo=gigpo,
+            verifier_accept_probs=accept_probs, gigpo=gigpo, by_turn=self.advantage_estimator == "grpo_turn",
             shuffle_seed=self.args.seed * 1_000_003 + self.state.global_step if self.shuffle_rewards and mode == "train"
             else None)
         self._log(result.metrics, mode)
         output["advantages"] = result.advantages.to(device)
         loss_mask = output[mask_key] * result.loss_mask.to(device=device, dtype=output[mask_key].dtype)
+        if self.role_router is not None:  # untrained roles' tokens leave every loss; each token knows its adapter
+            width = completion_mask.shape[1]
+            loss_mask = loss_mask * self.role_router.untrained_mask(segments, width).to(device, loss_mask.dtype)
+            output[ROUTES] = self.role_router.token_routes(segments, width).to(device)
+            self._batch_routes = None
         batch = ScoredBatch(output, records, environments, segments, self._batch_completions, mode, self.state.global_step)
         for channel in self.channels:
             routed = channel.prepare(batch)
@@ -201,7 +255,11 @@ class DebateGRPOTrainer(GRPOHooks):
             if any(channel.wants_policy_forward(inputs) for channel in self.channels):
                 # a channel reuses GRPO's own forward (its hidden states, its keys and values)
                 captured = stack.enter_context(capture_body_forward(self.accelerator.unwrap_model(model)))
-            grpo = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            self._loss_routes = inputs.get(ROUTES)
+            try:
+                grpo = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            finally:
+                self._loss_routes = None
         mode = self.mode
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         context = LossContext(mode, accumulation, self.state.global_step, captured[0] if len(captured) == 1 else None)

@@ -11,6 +11,18 @@ What is used, all read from trl 1.16.0:
   ``GRPOTrainer._generate_and_score_completions`` (returns the batch dict): overridden by
   :class:`GRPOHooks`, which calls the public-named hooks :meth:`GRPOHooks.on_completions`
   and :meth:`GRPOHooks.on_scored_batch` that the trainer implements.
+- ``GRPOTrainer._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+  has_tool_images)`` (one generation round: the first turn of every rollout, then each round of
+  ``_tool_call_loop`` for the rollouts that called a tool, ``(completion_ids, logprobs)``) and
+  ``GRPOTrainer._get_per_token_logps_and_entropies`` (every per-token log-prob of the policy:
+  the loss's, the old policy's and, inside ``use_adapter(model, None)``, the reference's):
+  overridden by :class:`GRPOHooks`, which calls the hooks :meth:`GRPOHooks.generate_round`
+  and :meth:`GRPOHooks.token_logps` (role routing).
+- ``GRPOTrainer.__init__`` with a PEFT model and ``beta != 0`` copies the adapter named
+  ``"default"`` into a ``"ref"`` adapter (a ``KeyError`` when no adapter has that name): with
+  role adapters the reference is the base with adapters off (:class:`GRPOHooks` passes
+  ``beta = 0`` to TRL's ``__init__`` and sets ``beta`` after it; TRL then computes the reference
+  with ``use_adapter(model, None)``, the base).
 - ``GRPOTrainer._metrics`` (``{"train"|"eval": defaultdict(list)}``): written through
   :meth:`GRPOHooks.log_metric`.
 - ``GRPOTrainer.environments``: the batch's ``environment_factory`` instances, filled by
@@ -36,15 +48,18 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import trl
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 __all__ = [
@@ -90,7 +105,7 @@ check_trl_version()
 #: trl 1.16 ``GRPOTrainer._generate`` returns (prompt_ids, completion_ids, tool_mask,
 #: completions, logprobs, extra_fields, images, tool_images).
 _GENERATE_TUPLE = 8
-_COMPLETIONS = 3
+_COMPLETION_IDS, _TOOL_MASK, _COMPLETIONS = 1, 2, 3
 
 
 class GRPOHooks(GRPOTrainer):
@@ -104,28 +119,73 @@ class GRPOHooks(GRPOTrainer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        model, config = kwargs.get("model"), kwargs.get("args")
+        beta = None
+        if config is not None and config.beta != 0.0 and "default" not in getattr(model, "peft_config", {"default": 0}):
+            beta, config.beta = config.beta, 0.0  # role adapters: TRL would copy a "default" adapter into "ref"
         super().__init__(*args, **kwargs)
+        if beta is not None and config is not None:  # the reference: the base, adapters off (use_adapter(model, None))
+            self.beta = config.beta = beta
         if self.use_vllm:  # TRL's colocate weight sync cannot reach vLLM's prepacked CPU weights
             sync_vllm_cpu_weights_by_layerwise_reload(self.vllm_generation)
 
     # ------------------------------------------------------------------ TRL privates, overridden
 
     def _generate(self, prompts: list):  # trl 1.16: GRPOTrainer._generate
+        self.on_generation_start()
         out = super()._generate(prompts)
         if not isinstance(out, tuple) or len(out) != _GENERATE_TUPLE:
             raise RuntimeError(f"GRPOTrainer._generate returned {type(out).__name__} of length "
                                f"{len(out) if isinstance(out, tuple) else '?'}; this trainer needs trl 1.16's 8-tuple")
         self.on_completions(out[_COMPLETIONS])
+        self.on_completion_tokens(out[_COMPLETION_IDS], out[_TOOL_MASK])
         return out
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:  # trl 1.16
         output = super()._generate_and_score_completions(inputs)
         return self.on_scored_batch(inputs, output)
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,  # trl 1.16
+                              has_tool_images=False):
+        def generate(ids: list[list[int]]) -> tuple[list[list[int]], Any]:
+            if ids is not prompt_ids and (images is not None or multimodal_fields):
+                raise NotImplementedError("routing a generation round by role splits the batch; images cannot be split")
+            return super(GRPOHooks, self)._generate_single_turn(ids, images, multimodal_fields, num_generations,
+                                                                has_tool_images)
+        return self.generate_round(prompt_ids, generate)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,  # trl 1.16
+                                           *args: Any, **kwargs: Any):
+        def compute(module: torch.nn.Module) -> tuple[Any, ...]:
+            return super(GRPOHooks, self)._get_per_token_logps_and_entropies(module, input_ids, attention_mask,
+                                                                             logits_to_keep, *args, **kwargs)
+        return self.token_logps(model, compute)
+
     # ------------------------------------------------------------------ the hooks
+
+    def on_generation_start(self) -> None:
+        """Called when a generation batch starts (before its first round)."""
+
+    def generate_round(self, prompt_ids: list[list[int]],
+                       generate: Callable[[list[list[int]]], tuple[list[list[int]], Any]]) -> tuple[list[list[int]], Any]:
+        """One generation round: ``prompt_ids`` (one list of token ids per rollout still
+        generating, batch order) to ``(completion_ids, logprobs)``; ``generate`` is TRL's
+        generation of any list of prompts (a subset too). Default: all at once."""
+        return generate(prompt_ids)
+
+    def token_logps(self, model: torch.nn.Module,
+                    compute: Callable[[torch.nn.Module], tuple[Any, ...]]) -> tuple[Any, ...]:
+        """Per-token ``(logps, entropies, aux_loss)`` of TRL's batch under ``model``; ``compute``
+        is TRL's computation on a given model. Default: ``compute(model)``."""
+        return compute(model)
 
     def on_completions(self, completions: list[list[dict[str, Any]]]) -> None:
         """Called with every rollout's completion messages (TRL's conversational format)."""
+
+    def on_completion_tokens(self, completion_ids: list[list[int]], tool_mask: list[list[int]] | None) -> None:
+        """Called after :meth:`on_completions` with every rollout's completion token ids and its
+        tool mask (1 on generated tokens, 0 on tool results; ``None`` without tools), before
+        TRL computes any log-prob of the batch."""
 
     def on_scored_batch(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> dict[str, Any]:
         """Called with TRL's scored batch (``prompt_ids``, ``completion_ids``, ``completion_mask``,
@@ -254,7 +314,7 @@ def reference_adapter(model: torch.nn.Module) -> Iterator[None]:
     from trl.trainer.utils import use_adapter
 
     config = getattr(model, "peft_config", {})
-    with use_adapter(cast("Any", model), adapter_name="ref" if "ref" in config else None):  # a PeftModel when called
+    with use_adapter(cast("PeftModel", model), adapter_name="ref" if "ref" in config else None):
         yield
 
 

@@ -14,7 +14,7 @@ second or two.
 "Versions the code runs on": transformers within the range a test environment runs
 (``TESTED_TRANSFORMERS``: the `train,test` environment gets the newest below the cap, the vLLM
 CPU environment of scripts/check_vllm_cpu.sh the newest below vllm 0.31's cap), trl exactly
-1.16.0, vllm within trl 1.16's supported range.
+1.16.0, vllm within trl 1.16's supported range, peft the minor the role adapters were tested on.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ COMBINATIONS = ["train", "train,vllm", "train,vllm,liger", "train,test"]
 TESTED_TRANSFORMERS = SpecifierSet(">=5.17.0,<5.40")
 TRL = SpecifierSet("==1.16.0")
 VLLM = SpecifierSet(">=0.22.0,<=0.31.0")  # trl 1.16.0's own `vllm` extra
+PEFT = SpecifierSet(">=0.21,<0.22")  # per-role adapters (trainer_client.policies), tested on 0.21.2
 
 
 def _uv() -> str:
@@ -83,6 +84,7 @@ def test_extras_resolve_to_supported_versions(extras, tmp_path):
     assert Version(pins["torch"]).public == Version(torch.__version__).public  # the installed release
     assert Version(pins["transformers"]) in TESTED_TRANSFORMERS, pins["transformers"]
     assert Version(pins["trl"]) in TRL
+    assert Version(pins["peft"]) in PEFT, pins["peft"]
     if "vllm" in extras.split(","):
         assert Version(pins["vllm"]) in VLLM
         # vllm 0.31 caps transformers below 5.18: the floor of TESTED_TRANSFORMERS is this case

@@ -16,7 +16,8 @@ and writes the outputs into TRL's batch):
 6. **shaping**: the configured strategy turns each sample's ``G`` into a shaped reward
    (``role_samples.shape_samples``; a strategy that raises gives the raw rewards for the batch).
 7. **advantage estimator**: ``grpo`` normalises per (group, role) with TRL's convention
-   (``role_samples.group_normalize``, through ``group_norm.group_normalize``); ``gigpo`` adds
+   (``role_samples.group_normalize``, through ``group_norm.group_normalize``); ``grpo_turn`` per
+   (group, role, that role's k-th turn) (``turn_groups.turn_group_values``); ``gigpo`` adds
    a step-level advantage over anchor states (``step_credit.gigpo_turn_values``; its step
    inputs from :func:`gigpo_steps`). Either way each debate turn gets one advantage; judge
    turns get 0.
@@ -52,6 +53,7 @@ from trainer_client.credit.role_samples import (
 )
 from trainer_client.credit.shaping import RewardShapingStrategy
 from trainer_client.credit.step_credit import gigpo_turn_values, rollout_steps, step_rewards
+from trainer_client.credit.turn_groups import turn_group_values
 from trainer_client.rollout.spans import Segment, role_spans
 
 __all__ = ["BatchAdvantages", "GiGPOInputs", "batch_advantages", "episode_rewards", "gigpo_steps", "score_unfinished_debates",
@@ -166,6 +168,7 @@ def batch_advantages(
     verifier_accept_probs: Sequence[float | None] | None = None,
     gigpo: GiGPOInputs | None = None,
     shuffle_seed: int | None = None,
+    by_turn: bool = False,
 ) -> BatchAdvantages:
     """Advantages and loss mask of this process's rollouts (steps 4-8 of the module docstring).
 
@@ -184,6 +187,8 @@ def batch_advantages(
         gigpo: GiGPO's inputs; ``None`` selects the ``grpo`` estimator.
         shuffle_seed: the shuffled-reward control's seed (step 4; the same on every process);
             ``None``: no shuffling.
+        by_turn: the ``grpo_turn`` estimator (groups by prompt, role and that role's k-th
+            turn: :func:`~trainer_client.credit.turn_groups.turn_group_values`) instead of ``grpo``.
 
     Returns:
         :class:`BatchAdvantages` with ``B = len(segments)``.
@@ -208,6 +213,8 @@ def batch_advantages(
         per_turn_all, metrics = gigpo_turn_values(
             samples, shaped, gigpo.step_rewards, gigpo.observations, group_ids, omega=gigpo.omega, gamma=gigpo.gamma,
             mode=gigpo.mode, similarity_threshold=gigpo.similarity_threshold)
+    elif by_turn:
+        per_turn_all = turn_group_values(samples, shaped, scale=scale)
     else:
         sample_advantages = group_normalize(shaped, samples.roles, samples.group_ids, scale=scale)
         per_turn_all = turn_values(samples, sample_advantages)

@@ -31,8 +31,9 @@ def add_eval_command(sub: Any) -> None:
     p = sub.add_parser("eval", help="evaluate a policy (scripted, local HF model, OpenAI-compatible endpoint) "
                                     "on a problem set; writes results.json and trajectories.jsonl")
     p.add_argument("--policy", default=None,
-                   help="every role's policy: scripted:reference | scripted:noisy[:P] | hf:PATH | openai:BASE_URL[#MODEL] | "
-                        "openai-tools:BASE_URL[#MODEL] (tool-call layout, for a model trained by mathdebate train)")
+                   help="every role's policy: scripted:reference | scripted:noisy[:P] | hf:PATH[#ADAPTER] | "
+                        "openai:BASE_URL[#MODEL] | openai-tools:BASE_URL[#MODEL] (tool-call layout, for a model "
+                        "trained by mathdebate train)")
     for role in Role:
         p.add_argument(f"--policy-{role.value}", default=None, help=f"the {role.value}'s policy (default: --policy)")
     p.add_argument("--model", default=None, help="model name for openai: policies whose spec has no #MODEL")
@@ -99,7 +100,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             cost_per_million=tuple(args.cost_per_million), batch_size=args.batch_size)
     try:
         policies = build_policies(args.policy, {r: getattr(args, f"policy_{r.value}") for r in Role}, options, roles)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:  # a bad spec, or hf:DIR#ADAPTER without that adapter
         print(f"mathdebate eval: {exc}", file=sys.stderr)
         return 2
     settings = EvalSettings(mode=args.mode, strategy=strategy, n=args.n, temperature=temperature, select=args.select,

@@ -37,17 +37,30 @@ __all__ = ["HFPolicy", "load_hf_model"]
 
 def load_hf_model(path: str) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a checkpoint directory or hub id; ``tiny`` and
-    ``tiny-learning`` build (or reuse) the offline tiny models under ``outputs/``. The model goes
-    to the GPU when one is visible, and is left in inference mode."""
+    ``tiny-learning`` build (or reuse) the offline tiny models under ``outputs/``;
+    ``DIR#ADAPTER`` is the role adapter ``DIR/ADAPTER`` that ``mathdebate train`` with a
+    ``policies`` section wrote under ``final/``, on its base model
+    (:func:`~trainer_client.policies.adapters.load_adapter_model`). The model goes to the GPU
+    when one is visible, and is left in inference mode.
+
+    Raises:
+        FileNotFoundError: ``DIR#ADAPTER`` names no adapter folder.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer_client.config import TINY_MODELS
     from trainer_client.experiments.tiny_model import tiny_model_path
 
+    path, _, adapter = path.partition("#")
     where: str | Path = tiny_model_path(path, Path("outputs")) if path in TINY_MODELS else path
-    model = AutoModelForCausalLM.from_pretrained(where)
-    tokenizer = AutoTokenizer.from_pretrained(where)
+    if adapter:
+        from trainer_client.policies.adapters import load_adapter_model
+
+        model, tokenizer = load_adapter_model(where, adapter)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(where)
+        tokenizer = AutoTokenizer.from_pretrained(where)
     if torch.cuda.is_available():
         model = model.to("cuda")  # type: ignore[arg-type]  # transformers' stubs type .to() as a decorated method
     model.train(False)

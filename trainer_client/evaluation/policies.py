@@ -11,7 +11,8 @@ turn). Specs:
   probability P/2. Draws are seeded per (run seed, episode, turn, draw), so a run is
   reproducible whatever the concurrency;
 - ``hf:PATH`` (a local transformers checkpoint, e.g. ``final/`` of ``mathdebate train``; also
-  ``hf:tiny`` / ``hf:tiny-learning``, the offline tiny models):
+  ``hf:tiny`` / ``hf:tiny-learning``, the offline tiny models; ``hf:DIR#ADAPTER``: the role
+  adapter ``DIR/ADAPTER`` of a run with per-role policies, on its base model):
   :class:`~trainer_client.evaluation.hf_policy.HFPolicy`;
 - ``openai:BASE_URL[#MODEL]`` (any ``/v1/chat/completions`` endpoint):
   :class:`~trainer_client.evaluation.openai_policy.OpenAIPolicy`; ``openai-tools:BASE_URL[#MODEL]``

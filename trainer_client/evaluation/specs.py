@@ -1,5 +1,6 @@
 """The ``--policy`` specs of ``mathdebate eval``: ``scripted:reference``, ``scripted:noisy[:P]``,
-``hf:PATH``, ``openai:BASE_URL[#MODEL]`` and ``openai-tools:BASE_URL[#MODEL]`` (see :mod:`trainer_client.evaluation.policies`),
+``hf:PATH`` (``hf:DIR#ADAPTER``: a role adapter under a run's ``final/``),
+``openai:BASE_URL[#MODEL]`` and ``openai-tools:BASE_URL[#MODEL]`` (see :mod:`trainer_client.evaluation.policies`),
 and one policy per role."""
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def parse_policy(spec: str, options: PolicyOptions) -> Policy:
         if not model:
             raise ValueError(f"{spec!r} names no model: write {kind}:URL#MODEL or pass --model NAME")
         return OpenAIPolicy(spec, base_url, model, options, layout="tools" if kind == "openai-tools" else "chat")
-    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH, openai:URL[#MODEL] "
-                     "or openai-tools:URL[#MODEL]")
+    raise ValueError(f"unknown policy {spec!r}: use scripted:reference, scripted:noisy[:P], hf:PATH[#ADAPTER], "
+                     "openai:URL[#MODEL] or openai-tools:URL[#MODEL]")
 
 
 def build_policies(default: str | None, per_role: dict[Role, str | None], options: PolicyOptions,

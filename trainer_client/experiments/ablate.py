@@ -46,7 +46,7 @@ from trainer_client.experiments.ablate_runs import (
     run_protocol_hash,
     save_run,
 )
-from trainer_client.experiments.run_figures import replay_figures, static_controls
+from trainer_client.experiments.run_figures import replay_figures, run_means, static_controls
 
 __all__ = [
     "Arm",
@@ -71,9 +71,6 @@ TINY_FAMILIES = {"tiny-sums": "gen:two_digit_sum", "tiny-learning": "gen:single_
 DEFAULT_TINY_MODEL = "tiny-sums"
 #: Distinct gold debates the SFT control builds from the RL training problems (the first ones).
 SFT_CONTROL_DEBATES = 512
-#: Metrics averaged over a run's steps for the report.
-RUN_METRICS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward",
-               "debate/error_site_rate", "step_time")
 
 
 @dataclass(frozen=True)
@@ -159,15 +156,6 @@ def _load(path: str | Path) -> tuple[Any, Any]:
 
     with weight_bars_off():  # under the runs and steps bars
         return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-
-
-def _run_means(curve: list[dict[str, float]]) -> dict[str, float]:
-    out = {}
-    for key in RUN_METRICS:
-        values = [line[key] for line in curve if key in line]
-        if values:
-            out[key] = sum(values) / len(values)
-    return out
 
 
 def ablation_model(model: str | None, config: str | None) -> str | None:
@@ -397,14 +385,17 @@ TINY_MODEL_SETTINGS: dict[str, dict[str, Any]] = {"tiny-sums": {"learning_rate":
 
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
+    from env_server.protocol.markers import Role
     from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers
     from trainer_client.experiments.reporting import read_metrics
+    from trainer_client.experiments.run_policies import load_run_policies
 
-    model, tokenizer = _load(run_dir / "final")
+    model, tokenizer, play_as = load_run_policies(run_dir)  # per-role adapters: each role's own
     mode = eval_kwargs.get("mode", "debate")
-    report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
+    with play_as(Role.SOLVER):
+        report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
     episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"],
-                                 mode=mode)
+                                 mode=mode, play_as=play_as)
     eval_seconds.append(report.seconds + episodes.seconds)
     heldout = report.summary() | {"episode_reward": episodes.episode_reward, "finished_rate": episodes.finished_rate,
                                   "judge_accuracy": episodes.judge_accuracy}
@@ -412,7 +403,7 @@ def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: b
     metrics = run_dir / "metrics.jsonl"
     curve = read_metrics(metrics) if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
-    return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, _run_means(curve), pairs, heldout,
+    return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, run_means(curve), pairs, heldout,
                      [r.correct for r in report.records], mode, replay_figures(curve))
 
 

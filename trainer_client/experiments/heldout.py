@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -347,7 +348,8 @@ class EpisodeReport:
 
 def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
                       max_rounds: int = 1, batch_size: int = 64, max_new_tokens: int = 96,
-                      mode: str = "debate") -> EpisodeReport:
+                      mode: str = "debate", play_as: Callable[[Any], AbstractContextManager[Any]] | None = None
+                      ) -> EpisodeReport:
     """Greedy whole episodes on ``source.by_seed(s)``: the model plays every role, turn by turn,
     in the token layout of TRL's tool loop (its own tokens, then the tool-result suffix of the
     training chat template), against the server's own :class:`~env_server.debate.episode.DebateEpisode`;
@@ -366,6 +368,9 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
         max_new_tokens: longest generated turn.
         mode: ``debate``, or ``single`` (the solver's one answer, RFC 0006; no judge, so
             ``judge_accuracy`` is ``None``).
+        play_as: per-role policies: ``play_as(role)`` makes ``role``'s policy the model's while
+            that role's turns are generated (one generation call per role present each turn);
+            ``None``: one policy plays every role.
     """
     from env_server.debate.episode import DebateEpisode
     from env_server.debate.rewards import episode_rewards_data
@@ -396,8 +401,16 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
             contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in batch]
             forfeited = [False] * len(batch)
             while active := [j for j, e in enumerate(episodes) if not e.done]:
-                texts = generate_turns(model, tokenizer, [contexts[j] for j in active], sample=False, num=1,
-                                  temperature=1.0, max_new_tokens=max_new_tokens)
+                texts: list[list[str]] = [[] for _ in active]
+                by_role = {None: list(range(len(active)))} if play_as is None else {
+                    role: [p for p, j in enumerate(active) if episodes[j].role is role]
+                    for role in dict.fromkeys(episodes[j].role for j in active)}
+                for role, positions in by_role.items():
+                    with nullcontext() if play_as is None else play_as(role):
+                        made = generate_turns(model, tokenizer, [contexts[active[p]] for p in positions], sample=False,
+                                              num=1, temperature=1.0, max_new_tokens=max_new_tokens)
+                    for p, turn_texts in zip(positions, made, strict=True):
+                        texts[p] = turn_texts
                 for j, (text,) in zip(active, texts, strict=True):
                     episode = episodes[j]
                     role = episode.role

@@ -7,7 +7,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["replay_figures", "static_controls"]
+__all__ = ["RUN_METRICS", "replay_figures", "run_means", "static_controls"]
+
+#: Metrics averaged over a run's steps for the report.
+RUN_METRICS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward",
+               "debate/error_site_rate", "step_time")
 
 
 def _numbers(text: str) -> list[str]:
@@ -62,3 +66,14 @@ def replay_figures(curve: list[dict[str, float]]) -> dict[str, Any]:
             "heldout_pair_accuracy": last.get("replay/heldout/accuracy"),
             "heldout_chosen_logp": last.get("replay/heldout/chosen_logp"),
             "heldout_rejected_logp": last.get("replay/heldout/rejected_logp")}
+
+
+def run_means(curve: list[dict[str, float]]) -> dict[str, float]:
+    """Each of :data:`RUN_METRICS` averaged over the logged steps of ``curve`` (a run's
+    ``metrics.jsonl`` step lines) that have it; a metric no step logged is left out."""
+    out = {}
+    for key in RUN_METRICS:
+        values = [line[key] for line in curve if key in line]
+        if values:
+            out[key] = sum(values) / len(values)
+    return out

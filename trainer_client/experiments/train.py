@@ -159,6 +159,9 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         if main and not (output_dir / "final").is_dir():
             checkpoints.final_model_from_checkpoint(resume.checkpoint, output_dir / "final")
         return output_dir
+    from trainer_client.policies.setup import setup_policies
+
+    policies = setup_policies(config, model, args)  # per-role adapters, endpoint; nothing without `policies`
     dataset = Dataset.from_list([
         {"prompt": [{"role": "system", "content": DEBATE_SYSTEM_PROMPT}, {"role": "user", "content": ""}],
          "seed": config.seed + i}
@@ -198,7 +201,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
             except Exception:  # the server serves problems this trainer's source lacks
                 return None
     trainer = DebateGRPOTrainer(
-        model=model,
+        model=policies.model,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -220,6 +223,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         auxiliary_losses=[build_auxiliary_loss(aux.name, aux.weight, aux.params, aux.roles) for aux in config.aux_losses],
         shuffle_rewards=config.shuffle_rewards,
         unfinished_debate_reward=config.unfinished_debate_reward,
+        **policies.trainer_kwargs,
     )
     trainer.add_callback(checkpoints.CheckpointStateCallback(
         trainer, {"config": config_data, "training_config_sha256": checkpoints.training_config_hash(config_data),
@@ -249,7 +253,8 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         if reward_runner is not None:
             reward_runner.close()
         ledger.close_own()
-    trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it
+        policies.close()
+    trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it (adapters: final/<name>/)
     if main:
         plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
     return output_dir

@@ -21,6 +21,7 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
+from env_server.protocol.markers import Role
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
 from trainer_client.losses.functional import masked_jsd_loss
 from trainer_client.losses.settings import SDPOConfig
@@ -156,8 +157,33 @@ class HintDistillation(AuxiliaryLoss):
 
     def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
              context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
-        value = self.site_loss(model, inputs, context.policy_forward)
+        router = getattr(self.trainer, "role_router", None)
+        if router is not None and router.adapter_routes:  # per-role adapters: each site under its role's
+            value = self.routed_site_loss(model, inputs, router)
+        else:
+            value = self.site_loss(model, inputs, context.policy_forward)
         return value, {self.metric: 0.0 if value is None else value.item()}
+
+    def routed_site_loss(self, model: torch.nn.Module, inputs: dict[str, Any], router: Any) -> torch.Tensor | None:
+        """:meth:`site_loss` with each site's student and teacher under the policy of the role
+        that erred (``router.using(model, role)``; the role is the hint key's ``<role>/...``),
+        one call per role, combined as the token-weighted mean ``Σ_r n_r · L_r / Σ_r n_r`` over
+        the roles' site tokens ``n_r`` (the same mean as one call over all sites). Both sides run
+        in full: the GRPO pass of each adapter covers other roles' tokens too."""
+        rows = inputs.get(SITES, [])
+        sites = [(row, start, end, key) for row, row_sites in enumerate(rows)
+                 for start, end, key in row_sites][: self.config.max_sites_per_batch]
+        total, tokens = None, 0
+        for role in dict.fromkeys(key.partition("/")[0] for *_, key in sites):
+            chosen = [site for site in sites if site[3].partition("/")[0] == role]
+            part = {**inputs, SITES: [[(s, e, k) for r, s, e, k in chosen if r == row] for row in range(len(rows))]}
+            with router.using(model, Role(role)):
+                value = self.site_loss(model, part, None)
+            if value is None:
+                continue
+            count = sum(end - start for _, start, end, _ in chosen)
+            total, tokens = (value * count if total is None else total + value * count), tokens + count
+        return None if total is None else total / tokens
 
     def site_loss(self, model: torch.nn.Module, inputs: dict[str, Any],
                   policy_forward: CapturedForward | None = None) -> torch.Tensor | None:

@@ -245,8 +245,13 @@ class TraceReplayDPO(AuxiliaryLoss):
         ``model``: two ``(N,)`` tensors."""
         trainer = self.trainer
         assert trainer.max_completion_length is not None, "GRPOConfig always sets max_completion_length"
-        return replay_pair_logps(model, pairs, pad_token_id=trainer.processing_class.pad_token_id,
-                                 max_completion_length=trainer.max_completion_length, device=trainer.accelerator.device)
+
+        def score(subset: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+            return replay_pair_logps(model, subset, pad_token_id=trainer.processing_class.pad_token_id,
+                                     max_completion_length=trainer.max_completion_length,
+                                     device=trainer.accelerator.device)
+        router = getattr(trainer, "role_router", None)  # per-role policies: each pair under its role's adapter
+        return score(pairs) if router is None else router.per_role(model, pairs, lambda pair: pair.role, score)  # type: ignore[return-value]  # per_role returns score's two tensors
 
     def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
              context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
