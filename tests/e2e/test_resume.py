@@ -49,7 +49,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
 STEPS = 4
 #: metrics that depend on the clock, not on the training: timings, and the teacher pool's counters,
 #: read while its threads answer (the checkpoints' counters, read after waiting for them, are compared)
-TIMING = ("time", "per_second", "teachers/", "pairs/emitted", "pairs/gold_supervised")
+TIMING = ("time", "per_second", "teachers/", "pairs/emitted", "pairs/gold_supervised", "pairs/graded", "pairs/correct",
+          "pairs/precision")
 
 
 def _settings(tiny_model_dir: str, url: str, out: Path) -> dict:

@@ -179,6 +179,15 @@ class PairStore:
 
 
 def is_heldout_pair(pair: DpoPair, share: float) -> bool:
-    """Whether ``pair`` is kept out of training: the CRC-32 of ``"<episode_id>/<t>"`` falls in the
-    lowest ``share`` of its range (deterministic, the same on every process and after a restart)."""
-    return share > 0 and zlib.crc32(f"{pair.episode_id}/{pair.t}".encode()) < share * 2**32
+    """Whether ``pair`` is kept out of training: the CRC-32 of what the student saw and wrote
+    (its turn, role, context and rejected token ids; ``"<episode_id>/<t>"`` for a pair without
+    token ids) falls in the lowest ``share`` of its range. It depends on the pair's content
+    only: the same on every process, after a restart and in a second run with the same seed
+    (episode ids are drawn afresh by each run's server, so hashing them made two runs with the
+    same settings hold out different pairs), and an identical rollout is never split across
+    the held-out and the trained side."""
+    if share <= 0:
+        return False
+    key = (json.dumps([pair.t, pair.role.value, pair.context_ids, pair.rejected_ids]) if pair.has_token_ids
+           else f"{pair.episode_id}/{pair.t}")
+    return zlib.crc32(key.encode()) < share * 2**32

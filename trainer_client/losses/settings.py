@@ -68,7 +68,7 @@ class ReplayConfig(BaseModel):
             margin by pushing the rejected side down). 0: plain DPO.
         max_pair_age: sample only pairs created within this many steps of the current one
             (``None``: any stored pair).
-        heldout_pair_share: share of pairs (by a hash of episode id and turn) kept out of
+        heldout_pair_share: share of pairs (by a hash of their turn and token ids) kept out of
             training to monitor the channel: every ``monitor_every`` steps the preference
             accuracy (implicit reward of the chosen side above the rejected one's, as TRL's
             ``rewards/accuracies``) and the chosen and rejected log-probs on up to

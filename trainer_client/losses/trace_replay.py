@@ -171,12 +171,13 @@ class TraceReplayDPO(AuxiliaryLoss):
         """For a checkpoint: the replays in flight are awaited (up to 10 min: each teacher call
         has its own timeout and retries) and their pairs stored, so the checkpoint holds every pair
         of its steps; then the pair sampling stream, the store's position
-        (:meth:`PairStore.state_dict`) and the teachers' counters."""
+        (:meth:`PairStore.state_dict`), the teachers' counters and the last trained pairs'
+        log-probs (logged with the next step's metrics)."""
         self.teacher_pool.wait(timeout_s=600)
         self.store_new_pairs()
         version, internal, gauss = self.rng.getstate()
         return {"rng": [version, list(internal), gauss], "pair_store": self.pair_store.state_dict(),
-                "teacher_pool": self.teacher_pool.state_dict()}
+                "teacher_pool": self.teacher_pool.state_dict(), "pending_metrics": dict(self._pending_metrics)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`: the store cut back to its position, the stream and
@@ -188,6 +189,7 @@ class TraceReplayDPO(AuxiliaryLoss):
             log.info("replay pair store: %d pair(s) stored after the checkpoint dropped (their steps are trained "
                      "again)", dropped)
         self.teacher_pool.load_state_dict(state["teacher_pool"])
+        self._pending_metrics = dict(state.get("pending_metrics", {}))  # absent in checkpoints before it was kept
 
     def batch_metrics(self) -> dict[str, float]:
         metrics = {name: float(value) for name, value in self.teacher_pool.counters().items()}

@@ -71,7 +71,7 @@ def test_pool_measures_teacher_accuracy_agreement_and_pair_precision() -> None:
 
 def pair(i: int, step: int) -> DpoPair:
     return DpoPair(prompt_messages=[], chosen="c", rejected="r", episode_id=f"ep{i}", t=0, role="solver", teacher="t",
-                   created_step=step, context_ids=[1], chosen_ids=[2], rejected_ids=[3], ref_chosen_logp=-1.0,
+                   created_step=step, context_ids=[1, i], chosen_ids=[2], rejected_ids=[3], ref_chosen_logp=-1.0,
                    ref_rejected_logp=-1.0)
 
 
@@ -82,6 +82,9 @@ def test_pair_store_keeps_a_heldout_share_out_of_training_and_filters_by_age(tmp
     heldout = {p.episode_id for p in pairs if is_heldout_pair(p, 0.1)}
     assert 8 <= len(heldout) <= 35  # about a tenth, by hash
     assert heldout == {p.episode_id for p in pairs if is_heldout_pair(p, 0.1)}  # deterministic
+    # by content: another run's episode ids do not move a pair, its tokens do
+    assert heldout == {p.episode_id for p in pairs if is_heldout_pair(p.model_copy(update={"episode_id": "x"}), 0.1)}
+    assert heldout != {p.episode_id for p in pairs if is_heldout_pair(p.model_copy(update={"rejected_ids": [4]}), 0.1)}
     sampled = store.sample(500, random.Random(0), heldout_share=0.1)
     assert len(sampled) == 200 - len(heldout) and not heldout & {p.episode_id for p in sampled}
     assert {p.episode_id for p in store.heldout(500, 0.1)} == heldout
