@@ -2,7 +2,8 @@
 debates out as Hugging Face ``datasets`` (:func:`export_datasets`), with a dataset card.
 
 Writes, for each dataset that has rows, ``DIR/<name>/`` (``Dataset.save_to_disk``) or
-``DIR/<name>.parquet``, and ``DIR/README.md``: ``sft`` (:mod:`~trainer_client.export.sft`),
+``DIR/<name>.parquet``, ``DIR/provenance.json`` (this export's provenance, with what each
+source says made it under ``sources``) and ``DIR/README.md``: ``sft`` (:mod:`~trainer_client.export.sft`),
 ``pairs`` (:mod:`~trainer_client.export.pairs`), ``episodes``
 (:mod:`~trainer_client.export.episodes`). Sources: :mod:`~trainer_client.export.sources`.
 """
@@ -10,13 +11,16 @@ Writes, for each dataset that has rows, ``DIR/<name>/`` (``Dataset.save_to_disk`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from env_server.provenance import provenance, write_provenance
 
 __all__ = ["DATASET_NAMES", "ExportReport", "add_export_command", "cmd_export", "export_datasets"]
 
@@ -64,6 +68,19 @@ def _read_episodes(report: Any, lookup: Any, rows: dict[str, list[dict[str, Any]
             rows["episodes"].append(episode_row(episode, text, gold, str(path)))
             report.rows["sft"] = report.rows.get("sft", 0) + len(new_sft)
             report.rows["episodes"] = report.rows.get("episodes", 0) + 1
+
+
+def _source_provenance(path: Path) -> dict[str, Any] | None:
+    """What a source says made it: a training run's ``provenance.json``, the ``provenance`` of an
+    eval output's ``results.json`` or an ablation's ``summary.json``; ``None`` for a source that
+    does not say (a server's trajectory log, a pair file)."""
+    if (path / "provenance.json").is_file():
+        return cast("dict[str, Any]", json.loads((path / "provenance.json").read_text()))
+    for name in ("results.json", "summary.json"):
+        if (path / name).is_file():
+            data = json.loads((path / name).read_text())
+            return cast("dict[str, Any] | None", data.get("provenance") if isinstance(data, dict) else None)
+    return None
 
 
 def export_datasets(sources: Sequence[str | Path], output_dir: str | Path, fmt: str = "disk",
@@ -131,6 +148,8 @@ def export_datasets(sources: Sequence[str | Path], output_dir: str | Path, fmt: 
             dataset.save_to_disk(str(out / name))
     created = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     (out / "README.md").write_text(dataset_card(reports, written, fmt, created))
+    write_provenance(out, {**provenance({"sources": [str(s) for s in sources], "format": fmt, "problems": problems}),
+                           "sources": {str(r.source.path): _source_provenance(Path(r.source.path)) for r in reports}})
     return ExportReport(out, {name: len(r) for name, r in written.items()}, reports, time.perf_counter() - start)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import datasets
 import pytest
+from provenance_checks import check_provenance
 
 from env_server.cli import running_server
 from env_server.client import SyncMuxClient
@@ -120,6 +121,12 @@ def test_an_eval_output_is_gold_supervised_when_its_policies_are_scripted(server
     assert all(row["messages"][:-1] == given[(row["episode_id"], row["t"])] for row in sft)
     card = (tmp_path / "out" / "README.md").read_text()
     assert f"`{eval_dir}` (eval)" in card and "3 of 3 rows gold-supervised" in card and "`scripted:reference`" in card
+    # provenance: the export's own (this checkout, packages, machine, its arguments), and the eval's under its source
+    record = json.loads((tmp_path / "out" / "provenance.json").read_text())
+    check_provenance(record)
+    assert record["config"]["sources"] == [str(eval_dir)]
+    given = json.loads((eval_dir / "results.json").read_text())["provenance"]
+    assert record["sources"] == {str(eval_dir): given} and given["env_servers"][0]["url"] == server_url
 
 
 # --------------------------------------------------------------------------- bad input
