@@ -25,6 +25,7 @@ from env_server.protocol.markers import Role
 from trainer_client.cli import main
 from trainer_client.config import load_config
 from trainer_client.experiments.heldout import evaluate_episodes
+from trainer_client.experiments.reporting import read_metrics
 from trainer_client.experiments.run_policies import load_run_policies
 from trainer_client.experiments.train import run_training
 from trainer_client.losses.base import AuxiliaryLoss
@@ -120,7 +121,7 @@ def test_an_endpoint_plays_the_judge_in_training_episodes(server_url, tiny_model
         run_training(config, progress=False)
     judge_requests = [body for body in fixture.bodies if body["messages"][0]["content"].startswith("You are the judge")]
     assert judge_requests, fixture.requests  # the endpoint played judge turns
-    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_metrics(tmp_path / "run" / "metrics.jsonl")
     # those judge turns went through the debate tool: those rollouts finished their debates
     assert min(line["debate/unfinished_rate"] for line in metrics) < 1.0
     assert (tmp_path / "run" / "final" / "solver" / "adapter_config.json").exists()
@@ -167,7 +168,7 @@ def test_two_processes_train_adapters_together(server_url, tiny_model_dir, tmp_p
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    lines = read_metrics(out / "metrics.jsonl")
     assert [line["step"] for line in lines] == [1, 2]  # step 2 ran: DDP finished step 1's reduction of every adapter
     assert (out / "final" / "solver" / "adapter_model.safetensors").exists()
     assert (out / "final" / "verifier" / "adapter_model.safetensors").exists()

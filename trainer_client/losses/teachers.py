@@ -250,7 +250,7 @@ def _usage(data: dict[str, Any]) -> tuple[int, int]:
 
 
 class HFTeacher(Teacher):
-    """A local Hugging Face causal LM (loaded on first use)."""
+    """A local Hugging Face causal LM (loaded by :meth:`load`, or on first use)."""
 
     def __init__(self, config: TeacherConfig) -> None:
         super().__init__(config)
@@ -258,6 +258,19 @@ class HFTeacher(Teacher):
         # Any: transformers 5's own annotations reject generate() on the models it loads (its self-type protocol)
         self._model: Any = None
         self._tokenizer: PreTrainedTokenizerBase | None = None
+
+    def load(self) -> None:
+        """Load the model and tokenizer now, in the calling thread (otherwise on first use).
+
+        :meth:`TeacherPool.from_configs` calls it from the thread that builds the pool, so no
+        teacher thread runs ``from_pretrained``: transformers 5.x's ``from_pretrained`` patches
+        process-wide state for its duration (``PreTrainedModel.tie_weights`` and torch's init
+        functions, ``transformers.initialization``), so a load in a teacher thread beside one
+        in the training thread can leave the other model's tied weights untied (seen: an
+        ablation run whose policy loaded while a teacher loaded got ``lm_head`` on the meta
+        device)."""
+        with self._lock:
+            self._load()
 
     def _load(self) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -494,7 +507,11 @@ class TeacherPool:
         """A pool of teachers built from their configs (see :func:`build_teacher`), measured
         against ``problems`` when given (``measure_against``)."""
         kwargs.setdefault("measure_against", problems)
-        return cls([build_teacher(c, problems) for c in configs], **kwargs)
+        teachers = [build_teacher(c, problems) for c in configs]
+        for teacher in teachers:  # local models load here, never in a teacher thread (HFTeacher.load)
+            if isinstance(teacher, HFTeacher):
+                teacher.load()
+        return cls(teachers, **kwargs)
 
     def submit_step(self, step: int, requests: Sequence[ReplayRequest]) -> None:
         """Queue replays of one training step's rollouts; returns at once. Each request costs
