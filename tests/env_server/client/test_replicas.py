@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -36,21 +37,46 @@ def server(port: int, *extra: str):
     return killable_server(port, *extra)
 
 
-@pytest.fixture
-def three_replicas() -> Iterator[tuple[list[str], list[subprocess.Popen[bytes]]]]:
-    ports = [free_port() for _ in range(3)]
+def _start_replicas(n: int) -> tuple[list[str], list[subprocess.Popen[bytes]]] | None:
+    """``n`` servers on free ports, healthy; ``None`` (all stopped) when one of them lost its
+    port to another process between ``free_port`` and its bind: the URL would then answer from
+    that other process, and killing ours would test nothing."""
+    ports = [free_port() for _ in range(n)]
     processes = [subprocess.Popen([sys.executable, "-m", "env_server.cli", "serve", "--port", str(port),
                                    "--log-level", "warning", "--grading-workers", "1"]) for port in ports]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
         for url, process in zip(urls, processes, strict=True):  # they start in parallel
             wait_healthy(url, process=process)
+        time.sleep(0.5)  # a server that failed to bind exits just after its port answered for another
+        if all(process.poll() is None for process in processes):
+            return urls, processes
+    except RuntimeError:
+        pass
+    _stop(processes)
+    return None
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+@pytest.fixture
+def three_replicas() -> Iterator[tuple[list[str], list[subprocess.Popen[bytes]]]]:
+    for _ in range(3):  # a port taken by another process on a shared machine: new ports
+        started = _start_replicas(3)
+        if started is not None:
+            break
+    else:
+        pytest.fail("three env servers could not start on free ports in 3 tries")
+    urls, processes = started
+    try:
         yield urls, processes
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-            process.wait(timeout=30)
+        _stop(processes)
 
 
 def test_parse_urls() -> None:
