@@ -49,11 +49,10 @@ def load_hf_model(path: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.config import TINY_MODELS
-    from trainer_client.experiments.tiny_model import tiny_model_path
+    from trainer_client.experiments.tiny_model import is_tiny_model_name, tiny_model_path
 
     path, _, adapter = path.partition("#")
-    where: str | Path = tiny_model_path(path, Path("outputs")) if path in TINY_MODELS else path
+    where: str | Path = tiny_model_path(path, Path("outputs")) if is_tiny_model_name(path) else path
     if adapter:
         from trainer_client.policies.adapters import load_adapter_model
 

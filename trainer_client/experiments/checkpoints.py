@@ -35,7 +35,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 __all__ = ["RANK_DIR", "RESUME_FREE_KEYS", "STATE_FILE", "CheckpointStateCallback", "ResumeError", "ResumeState",
-           "complete_checkpoints", "final_model_from_checkpoint", "load_resume_state", "restore_trainer_state",
+           "channel_keys", "complete_checkpoints", "final_model_from_checkpoint", "load_resume_state", "restore_trainer_state",
            "resume_checkpoint", "training_config_hash", "weights_fingerprint", "write_json_atomic"]
 
 log = logging.getLogger(__name__)
@@ -207,12 +207,12 @@ def restore_trainer_state(trainer: Any, state: ResumeState) -> None:
         ResumeError: a channel of the checkpoint is not in this trainer, or the other way round.
     """
     channels = state.rank["channels"]
-    names = [_channel_key(c) for c in trainer.channels]
+    names = channel_keys(trainer.channels)
     if sorted(channels) != sorted(names):
         raise ResumeError(f"the checkpoint's loss channels ({', '.join(sorted(channels)) or 'none'}) are not this "
                           f"run's ({', '.join(sorted(names)) or 'none'})")
-    for channel in trainer.channels:
-        channel.load_state_dict(channels[_channel_key(channel)])
+    for key, channel in zip(names, trainer.channels, strict=True):
+        channel.load_state_dict(channels[key])
     trainer.shaping_strategy.load_state_dict(state.rank["shaping"]["state"])
 
 
@@ -227,8 +227,16 @@ def final_model_from_checkpoint(checkpoint: Path, final: Path) -> None:
         RANK_DIR, ".*.tmp"))
 
 
-def _channel_key(channel: Any) -> str:
-    return channel.name or f"{type(channel).__module__}:{type(channel).__qualname__}"
+def channel_keys(channels: Sequence[Any]) -> list[str]:
+    """Each loss channel's key in a checkpoint, in order: its registered name (or its class),
+    with ``#<position>`` added to a name an earlier channel already has (two ``aux_losses``
+    entries may share a name, e.g. one per role: one key each, so neither state overwrites the
+    other's)."""
+    keys: list[str] = []
+    for i, channel in enumerate(channels):
+        name = channel.name or f"{type(channel).__module__}:{type(channel).__qualname__}"
+        keys.append(name if name not in keys else f"{name}#{i}")
+    return keys
 
 
 class CheckpointStateCallback(TrainerCallback):
@@ -260,7 +268,7 @@ class CheckpointStateCallback(TrainerCallback):
         environments = trainer.batch_environments() or []
         rank_state = {
             "format": FORMAT, "global_step": state.global_step, "process_index": args.process_index,
-            "channels": {_channel_key(channel): channel.state_dict() for channel in trainer.channels},
+            "channels": dict(zip(channel_keys(trainer.channels), (c.state_dict() for c in trainer.channels), strict=True)),
             "shaping": {"name": trainer.shaping_strategy.name, "state": trainer.shaping_strategy.state_dict()},
             "env": {**self.env_state(),
                     "last_batch_episodes": [env.trace.record.episode_id for env in environments

@@ -88,12 +88,16 @@ class PairStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._pairs: list[DpoPair] = []
+        #: the trainable pairs (token ids and reference log-probs) with their held-out hash
+        #: (:func:`pair_hash`), computed once as pairs come in, not at every step's draw
+        self._ready_pairs: list[tuple[DpoPair, int]] = []
         self._lock = threading.Lock()
         self._warned_untokenized = False
         self._load()
 
     def _load(self) -> None:
         self._pairs = []
+        self._ready_pairs = []
         if self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
@@ -101,6 +105,7 @@ class PairStore:
                 except (ValidationError, json.JSONDecodeError, ValueError):
                     continue  # a partially written line
             self._warn_untokenized(self._pairs)
+            self._ready_pairs = _ready_with_hash(self._pairs)
 
     def __len__(self) -> int:
         return len(self._pairs)
@@ -123,6 +128,7 @@ class PairStore:
             for pair in pairs:
                 handle.write(pair.model_dump_json() + "\n")
             self._pairs.extend(pairs)
+            self._ready_pairs.extend(_ready_with_hash(pairs))
             self._warn_untokenized(pairs)
 
     def sample(self, n: int, rng: random.Random, *, min_step: int | None = None,
@@ -130,19 +136,19 @@ class PairStore:
         """Up to ``n`` distinct trainable pairs (token ids and reference log-probs), uniformly at
         random, among those created at ``min_step`` or later (``None``: all) and not held out
         (:func:`is_heldout_pair` with ``heldout_share``)."""
-        ready = [p for p in self._ready() if (min_step is None or p.created_step >= min_step)
-                 and not is_heldout_pair(p, heldout_share)]
+        limit = share_limit(heldout_share)
+        ready = [p for p, h in self._ready() if (min_step is None or p.created_step >= min_step) and h >= limit]
         return rng.sample(ready, min(n, len(ready)))
 
     def heldout(self, n: int, heldout_share: float) -> list[DpoPair]:
         """The ``n`` most recent held-out pairs (:func:`is_heldout_pair`) with token ids and
         reference log-probs: pairs never trained on, to monitor the channel."""
-        return [p for p in self._ready() if is_heldout_pair(p, heldout_share)][-n:]
+        limit = share_limit(heldout_share)
+        return [p for p, h in self._ready() if h < limit][-n:]
 
-    def _ready(self) -> list[DpoPair]:
+    def _ready(self) -> list[tuple[DpoPair, int]]:
         with self._lock:
-            pairs = list(self._pairs)
-        return [p for p in pairs if p.has_token_ids and p.ref_chosen_logp is not None and p.ref_rejected_logp is not None]
+            return list(self._ready_pairs)
 
     def state_dict(self) -> dict[str, object]:
         """Where the store stands, for a checkpoint: ``{"path": str, "offset": bytes in the
@@ -178,16 +184,30 @@ class PairStore:
         return before - count
 
 
-def is_heldout_pair(pair: DpoPair, share: float) -> bool:
-    """Whether ``pair`` is kept out of training: the CRC-32 of what the student saw and wrote
+def pair_hash(pair: DpoPair) -> int:
+    """The CRC-32 that decides whether ``pair`` is held out: over what the student saw and wrote
     (its turn, role, context and rejected token ids; ``"<episode_id>/<t>"`` for a pair without
-    token ids) falls in the lowest ``share`` of its range. It depends on the pair's content
-    only: the same on every process, after a restart and in a second run with the same seed
-    (episode ids are drawn afresh by each run's server, so hashing them made two runs with the
-    same settings hold out different pairs), and an identical rollout is never split across
-    the held-out and the trained side."""
-    if share <= 0:
-        return False
+    token ids). It depends on the pair's content only: the same on every process, after a
+    restart and in a second run with the same seed (episode ids are drawn afresh by each run's
+    server, so hashing them made two runs with the same settings hold out different pairs), and
+    an identical rollout is never split across the held-out and the trained side."""
     key = (json.dumps([pair.t, pair.role.value, pair.context_ids, pair.rejected_ids]) if pair.has_token_ids
            else f"{pair.episode_id}/{pair.t}")
-    return zlib.crc32(key.encode()) < share * 2**32
+    return zlib.crc32(key.encode())
+
+
+def share_limit(share: float) -> float:
+    """The hashes below which a pair is held out for ``share`` (0: none)."""
+    return share * 2**32 if share > 0 else -1.0
+
+
+def is_heldout_pair(pair: DpoPair, share: float) -> bool:
+    """Whether ``pair`` is kept out of training: its :func:`pair_hash` falls in the lowest
+    ``share`` of its range."""
+    return pair_hash(pair) < share_limit(share)
+
+
+def _ready_with_hash(pairs: Iterable[DpoPair]) -> list[tuple[DpoPair, int]]:
+    """The pairs that can be trained on (token ids and reference log-probs), each with its hash."""
+    return [(p, pair_hash(p)) for p in pairs
+            if p.has_token_ids and p.ref_chosen_logp is not None and p.ref_rejected_logp is not None]

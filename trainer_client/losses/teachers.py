@@ -628,15 +628,21 @@ class TeacherPool:
             done, self._done = self._done, []
         return done
 
-    def wait(self, timeout_s: float = 60.0) -> None:
-        """Block until queued replays finish (tests, shutdown)."""
+    def wait(self, timeout_s: float = 60.0) -> bool:
+        """Block until queued replays finish or ``timeout_s`` seconds pass (checkpoints,
+        shutdown, tests). Returns whether none is left; never raises."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
                 pending = list(self._pending)
-            if not pending or time.monotonic() > deadline:
-                return
-            pending[0].exception(timeout=max(0.0, deadline - time.monotonic()))
+            if not pending:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            try:
+                pending[0].exception(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return False
 
     def counters(self) -> dict[str, float]:
         """Counters for logging: calls, tokens, cost (USD), failures, timeouts, drops, pairs

@@ -173,7 +173,9 @@ class TraceReplayDPO(AuxiliaryLoss):
         of its steps; then the pair sampling stream, the store's position
         (:meth:`PairStore.state_dict`), the teachers' counters and the last trained pairs'
         log-probs (logged with the next step's metrics)."""
-        self.teacher_pool.wait(timeout_s=600)
+        if not self.teacher_pool.wait(timeout_s=600):
+            log.warning("checkpoint at step %d: teacher replays still in flight after 10 min; their pairs come after "
+                        "this checkpoint and a resume from it will not have them", self.trainer.state.global_step)
         self.store_new_pairs()
         version, internal, gauss = self.rng.getstate()
         return {"rng": [version, list(internal), gauss], "pair_store": self.pair_store.state_dict(),

@@ -13,6 +13,7 @@ trained adapter its gradient back after each switch.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,10 +64,12 @@ def attach_adapters(model: torch.nn.Module, policies: PoliciesConfig) -> torch.n
 
 
 def adapter_parameters(model: torch.nn.Module, name: str) -> dict[str, torch.nn.Parameter]:
-    """Adapter ``name``'s parameters by their names in ``model`` (PEFT names them
-    ``...lora_A.<name>.weight``)."""
-    marker = f".{name}."
-    return {key: p for key, p in model.named_parameters() if marker in key and "lora_" in key}
+    """Adapter ``name``'s parameters by their names in ``model``: PEFT names them
+    ``...lora_A.<name>.weight``, ``...lora_embedding_A.<name>``, ``...lora_magnitude_vector.<name>...``;
+    the name must follow a ``lora_*`` component exactly (an adapter named like a module, e.g.
+    ``mlp``, must not take every adapter's parameters)."""
+    pattern = re.compile(rf"(^|\.)lora_[A-Za-z_]+\.{re.escape(name)}(\.|$)")
+    return {key: p for key, p in model.named_parameters() if pattern.search(key)}
 
 
 def optimizer_groups(model: torch.nn.Module, policies: PoliciesConfig, learning_rate: float,

@@ -22,6 +22,7 @@ debate (the turn is counted in ``failures``).
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -102,6 +103,7 @@ class EndpointPlayer:
         self.processor, self.template_kwargs = processor, dict(template_kwargs or {})
         self.temperature, self.max_tokens = temperature, max_tokens
         self.counters: Counter[str] = Counter()
+        self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="policy-endpoint")
 
     def bind(self, processor: Any, **template_kwargs: Any) -> None:
@@ -110,15 +112,22 @@ class EndpointPlayer:
         self.processor, self.template_kwargs = processor, template_kwargs
 
     def play(self, observations: list[DebateObservation]) -> list[list[int]]:
-        """One turn per observation (each of an endpoint role), as token ids; requests run
-        concurrently. Never raises for a failed request (see the module docstring)."""
-        return list(self._pool.map(self._turn, observations))
+        """One turn per observation (each of an endpoint role), as token ids; the requests run
+        concurrently, the replies are rendered on the calling thread (the trainer's fast
+        tokenizer is not thread-safe: "Already borrowed"). A failed request is forfeited, not
+        raised (see the module docstring)."""
+        replies = list(self._pool.map(self._request, observations))
+        return [self._text_ids(FORFEIT_ACTION) if tool is None
+                else tool_call_ids(self.processor, tool, arguments, self._eos(), **self.template_kwargs)
+                for tool, arguments in replies]
 
-    def _turn(self, observation: DebateObservation) -> list[int]:
+    def _request(self, observation: DebateObservation) -> tuple[str | None, dict[str, Any]]:
+        """The endpoint's reply to one turn as ``(tool, arguments)``; ``(None, {})`` when the
+        request failed (after the client's retries). Runs on the pool: no tokenizer here."""
         role = observation.role
         assert role is not None and role in self.specs, "only endpoint roles' turns come here"
         kind, url, model = self.specs[role]
-        self.counters[f"{role.value}/requests"] += 1
+        self._count(f"{role.value}/requests")
         tool = TOOL_FOR_ROLE[role]
         chat = [m.model_dump() for m in observation.messages]
         extra: dict[str, Any] = {}
@@ -130,13 +139,17 @@ class EndpointPlayer:
                 model=model, messages=chat, temperature=self.temperature, max_tokens=self.max_tokens, **extra)  # type: ignore[arg-type]  # plain chat dicts
             message = response.choices[0].message
         except Exception:  # the client has retried; this turn is forfeited, the run goes on
-            self.counters[f"{role.value}/failures"] += 1
-            return self._text_ids(FORFEIT_ACTION)
+            self._count(f"{role.value}/failures")
+            return None, {}
         text, name, arguments = reply_tool_call(message)
         names = TOOL_ARGUMENTS[tool][1]
         if not (name == tool and isinstance(arguments, dict) and set(arguments) == set(names)):
             arguments = text_arguments(role, text)
-        return tool_call_ids(self.processor, tool, arguments, self._eos(), **self.template_kwargs)
+        return tool, arguments
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.counters[key] += 1
 
     def _eos(self) -> int | None:
         tokenizer = getattr(self.processor, "tokenizer", self.processor)

@@ -128,3 +128,12 @@ def test_resume_without_a_complete_checkpoint_exits_2_in_one_line(tmp_path, caps
     assert main(["train", "--resume", str(run), "--model", "tiny", "-o", "save_steps=1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot resume: no complete checkpoint in" in err[0] and "incomplete: checkpoint-3" in err[0]
+
+
+def test_channels_sharing_a_name_keep_one_state_each() -> None:
+    from types import SimpleNamespace
+
+    from trainer_client.experiments.checkpoints import channel_keys
+
+    channels = [SimpleNamespace(name="sdpo_jsd"), SimpleNamespace(name="trace_replay_dpo"), SimpleNamespace(name="sdpo_jsd")]
+    assert channel_keys(channels) == ["sdpo_jsd", "trace_replay_dpo", "sdpo_jsd#2"]  # unique names stay as they were

@@ -176,3 +176,14 @@ def _context():
     from trainer_client.losses.base import LossContext
 
     return LossContext("train", 1, 0, None)
+
+
+def test_an_adapter_named_like_a_module_takes_only_its_own_parameters(tiny_model_dir) -> None:
+    # "mlp" and "q_proj" are module names too; each adapter's parameters are its own, none shared
+    policies = load_config(None, None, {"policies.solver.adapter": "mlp", "policies.verifier.adapter": "q_proj"}).policies
+    model = attach_adapters(AutoModelForCausalLM.from_pretrained(tiny_model_dir), policies)
+    mlp, q_proj = adapter_parameters(model, "mlp"), adapter_parameters(model, "q_proj")
+    assert mlp and q_proj and not set(mlp) & set(q_proj)
+    assert all(".lora_A.mlp." in k or ".lora_B.mlp." in k for k in mlp)
+    groups = optimizer_groups(model, policies, 1e-3)  # no parameter in two groups
+    assert sum(len(g["params"]) for g in groups) == len({id(p) for g in groups for p in g["params"]})
