@@ -252,7 +252,10 @@ class DebateGRPOTrainer(GRPOHooks):
                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
         captured: list[Any] = []
         with ExitStack() as stack:
-            if any(channel.wants_policy_forward(inputs) for channel in self.channels):
+            # with several adapters GRPO runs one forward per adapter, none of which is the policy
+            # of every site: the channels run their own (capturing them would only hold R caches)
+            single_pass = self.role_router is None or len(self.role_router.adapter_routes) <= 1
+            if single_pass and any(channel.wants_policy_forward(inputs) for channel in self.channels):
                 # a channel reuses GRPO's own forward (its hidden states, its keys and values)
                 captured = stack.enter_context(capture_body_forward(self.accelerator.unwrap_model(model)))
             self._loss_routes = inputs.get(ROUTES)
