@@ -55,25 +55,20 @@ def tool_call_ids(processor: Any, name: str, arguments: dict[str, Any], eos_toke
                   **template_kwargs: Any) -> list[int]:
     """The token ids of an assistant message calling tool ``name`` with ``arguments``, as the
     chat template renders it after the generation prompt, up to and including the end-of-turn
-    token ``eos_token_id`` (what TRL's loop keeps of a generation; trl 1.16 cuts a tool result's
-    prefix at the same token).
+    token ``eos_token_id`` (:func:`~trainer_client.losses.replay_pairs.tool_call_response_ids`;
+    ``template_kwargs``: the trainer's ``chat_template`` and ``chat_template_kwargs``).
 
     Raises:
-        ValueError: the template renders the conversation before the reply differently once the
-            reply follows (not prefix-preserving).
+        ValueError: the template is not prefix-preserving.
     """
-    base = [{"role": "user", "content": "x"}]
-    reply = {"role": "assistant", "content": "",
-             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
-    kwargs = {"tokenize": True, "return_dict": False, **template_kwargs}
-    prefix = list(processor.apply_chat_template(base, add_generation_prompt=True, **kwargs))
-    full = list(processor.apply_chat_template([*base, reply], add_generation_prompt=False, **kwargs))
-    if full[:len(prefix)] != prefix:
-        raise ValueError("the chat template is not prefix-preserving: an endpoint's turn cannot be written as tokens")
-    ids = full[len(prefix):]
-    if eos_token_id is not None and eos_token_id in ids:
-        ids = ids[:len(ids) - ids[::-1].index(eos_token_id)]
-    return ids
+    from trainer_client.losses.replay_pairs import tool_call_response_ids
+
+    message = {"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+    kwargs = dict(template_kwargs)
+    chat_template = kwargs.pop("chat_template", None)
+    return tool_call_response_ids(processor, message, chat_template=chat_template, eos_token_id=eos_token_id,
+                                  template_kwargs=kwargs)
 
 
 class EndpointPlayer:
