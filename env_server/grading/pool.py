@@ -100,7 +100,7 @@ class GradingConfig(BaseModel):
     worker_max_tasks: int = Field(default=2000, ge=0)
     worker_memory_mb: int = Field(default=4096, ge=0)
     fairness: bool = True
-    session_backlog: int = Field(default=16, ge=1)
+    session_backlog: int = Field(default=4, ge=1)
 
 
 class GradeCache:
