@@ -104,8 +104,8 @@ PROBE = r"\left({gold}\right) \cdot \frac{\sin^{2} x + \cos^{2} x}{1}"
 #: but received, stored and carried by every later observation of the episode.
 NOISE = ("{" * 2000 + "}" * 2000 + f" __import__('os').system('touch {SENTINEL}') " +
          "\\frac{1}{" * 500 + "{n}" + "}" * 500 + " ")
-#: copies of ``NOISE`` before each solver and judge answer and in each critique (about 9 KB
-#: each; the server's action cap is 32 KB)
+#: copies of ``NOISE`` (about 9 KB each) before each solver and judge answer; a critique has one
+#: more (the server's action cap is 32 KB)
 DEFAULT_NOISE = 2
 
 
@@ -126,7 +126,7 @@ def hostile_workload(noise: int = DEFAULT_NOISE) -> tuple[Workload, Callable[[],
     def episode() -> tuple[str, str, str]:
         return next(ids), answer(), answer()
 
-    return Workload("hostile", None, episode), lambda: text(noise) + " " + VERDICT
+    return Workload("hostile", None, episode), lambda: text(noise + 1) + " " + VERDICT
 
 
 async def flood_session(conn: MuxConnection, workload: Workload, critique: Callable[[], str],
