@@ -170,7 +170,7 @@ async def probe(conn: MuxConnection) -> tuple[float, float] | None:
 
 
 async def run(url: str, mode: str, honest: int, hostile: int, flood_connections: int,
-              seconds: float, noise: int = DEFAULT_NOISE) -> tuple[Tally, tuple[float, float] | None | bool]:
+              seconds: float, noise: int = DEFAULT_NOISE) -> tuple[Tally, tuple[float, float] | bool | None]:
     ws_url = url.replace("http", "ws") + "/ws/mux?batch=1"
 
     async def open_connection() -> MuxConnection:
@@ -196,7 +196,7 @@ async def run(url: str, mode: str, honest: int, hostile: int, flood_connections:
     flood = [asyncio.create_task(flood_session(flood_conns[i % len(flood_conns)], bad, critique, flood_stop, tally,
                                                flood_steps))
              for i in range(hostile if flood_conns else 0)]
-    probed: tuple[float, float] | None | bool = False  # False: no probe (calm)
+    probed: tuple[float, float] | bool | None = False  # False: no probe (calm)
     if flood:
         await asyncio.sleep(1.0)  # the flood is in full swing (its grades queued) before the window opens
         probe_task = asyncio.create_task(probe(honest_conn))

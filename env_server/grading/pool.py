@@ -14,7 +14,8 @@ Flow of one grade (``Grader.grade``):
    figures in ``benchmarks/README.md``);
 3. verdict cache (LRU, keyed by a digest of gold and answer) and in-flight de-duplication;
 4. fair admission (``GradingConfig.fairness``, on by default): every grade names its owner (the
-   session), waits in that owner's queue, and goes to a worker only when one is free, the owner
+   session), waits in that owner's queue, and goes to pebble only when a worker is free (or about
+   to be: ``PIPELINE_S``), the owner
    whose grades have used the least worker time so far going first (start-time fair queueing
    over worker seconds; an owner that starts from idle is ranked ``hard_timeout_s`` ahead of
    the grade dispatched last, so it does not wait for a whole round of busy owners, and it
@@ -151,6 +152,14 @@ def _init_worker(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+#: Grades handed to pebble beyond one per worker, so that a worker that finishes starts its next
+#: grade without a round trip through the event loop: about ``PIPELINE_S`` of work per worker at
+#: the recent pace of grading (the mean interval between finished grades, times the workers), at
+#: most ``MAX_AHEAD``. Quick grades (a few ms) keep several waiting (with none, 100 owners of
+#: fresh grades got about 0.77x the grades/s of first come, first served); costly ones (seconds)
+#: none, so a new owner's grade waits for at most one running grade per worker.
+PIPELINE_S = 0.01
+MAX_AHEAD = 8
 #: worker seconds charged to an owner when one of its grades starts (the real time is charged
 #: when it ends): an owner whose grade is running ranks behind owners waiting with the same
 #: charge, so it does not take a second worker while others wait
@@ -194,6 +203,9 @@ class Grader:
         self._seq = itertools.count()
         self._vtime: float | None = None  # the highest charge a dispatched grade's owner had (None: none yet)
         self._running = 0
+        self._started: set[asyncio.Future[None]] = set()  # admitted grades running in pebble
+        self._pace_s = 1.0  # moving mean of worker seconds per finished grade (PIPELINE_S)
+        self._last_done = time.monotonic()
 
     async def start(self) -> None:
         """Start the worker processes (idempotent) and warm them up, so import and
@@ -337,7 +349,8 @@ class Grader:
 
     def _dispatch(self) -> None:
         """Start queued grades while a worker is free, least-served owner first."""
-        while self._running < self.config.workers and self._ready:
+        limit = self.config.workers * (1 + min(MAX_AHEAD, int(PIPELINE_S / max(self._pace_s, 1e-6))))
+        while self._running < limit and self._ready:
             used, backlog, _, state = heapq.heappop(self._ready)
             state.queued = False
             if (used, backlog) < (state.used, state.backlog):  # charged or more queued since: re-rank
@@ -353,7 +366,9 @@ class Grader:
             if state.queue:
                 self._enqueue(state)
             self._running += 1
-            asyncio.ensure_future(self._run_admitted(state, gold, answer, future))
+            task = asyncio.ensure_future(self._run_admitted(state, gold, answer, future))
+            self._started.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._started.discard)
 
     async def _run_admitted(self, state: _Owner, gold: str, answer: str, future: asyncio.Future[Grade]) -> None:
         start = time.monotonic()
@@ -363,7 +378,11 @@ class Grader:
             grade = Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
             raise
         finally:
-            state.used += time.monotonic() - start - DISPATCH_CHARGE_S
+            now = time.monotonic()
+            state.used += now - start - DISPATCH_CHARGE_S
+            pace = min(now - self._last_done, now - start) * self.config.workers
+            self._pace_s += 0.1 * (pace - self._pace_s)
+            self._last_done = now
             self._running -= 1
             if not future.done():
                 future.set_result(grade)

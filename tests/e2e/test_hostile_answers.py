@@ -143,7 +143,8 @@ def test_a_session_flooding_costly_grades_does_not_hold_back_another_sessions_gr
     # the other session: a correct answer no event-loop fast path decides (a worker grades it)
     other = RawMux(server_url)
     problem = PROBLEMS.by_seed(7)
-    record = play_reference_episode(other, 7, answer=rf"\left({problem.answer}\right) \cdot \frac{{\sin^{{2}} x + \cos^{{2}} x}}{{1}}")
+    costly = rf"\left({problem.answer}\right) \cdot \frac{{\sin^{{2}} x + \cos^{{2}} x}}{{1}}"
+    record = play_reference_episode(other, 7, answer=costly)
     assert record["episode_reward"] == 1.0
     assert [turn["reward"] for turn in record["turns"] if turn["role"] == "solver"] == [1.0]
     # graded ahead of the flood's earlier grades: the flooder's last episode is still waiting
