@@ -1,8 +1,14 @@
 """Env throughput and latency: mathdebate's ``/ws/mux`` against the OpenEnv reference server.
 
-Both servers serve the same debate environment (``benchmarks/openenv_reference.py`` wraps
-mathdebate's state machine, problems and grading pool in ``openenv-core``'s ``create_app``) as
-one uvicorn process each, started fresh by this script on this machine. The load generator
+The servers serve the same debate environment (``benchmarks/openenv_reference.py`` wraps
+mathdebate's state machine, problems and grading pool in OpenEnv's ``create_app``) as one
+uvicorn process each with the same number of grading workers, started fresh by this script on
+this machine. The OpenEnv baseline (``openenv010``) is OpenEnv 0.10 (the ``openenv``
+distribution, deployed as its documentation's template deploys an environment: ``uvicorn
+server.app:app``, one process), in its own cached virtual environment
+(``$XDG_CACHE_HOME/mathdebate/openenv010-bench-venv``: ``openenv==0.10.*`` and this project's
+server dependencies, built on first use; 0.10 and openenv-core 0.3.0 install the same import
+package); ``openenv030`` is the earlier anchor, openenv-core 0.3.0 from this environment. The load generator
 (this process) plays whole debates in ``N`` concurrent sessions: reset, solver answer, verifier
 accepts, judge answer; an episode counts once graded (ours: the pushed ``rewards`` frame;
 OpenEnv: the terminal observation, which carries the reward). Ours spreads the sessions over
@@ -21,14 +27,19 @@ measured window, after all sessions are open), episodes/s, p50/p99 step latency,
 Memory per idle session: the server's resident memory (``VmRSS``, grading workers excluded)
 after opening ``--idle-sessions`` sessions and resetting each, minus before, divided by the count.
 
+Servers and repeats are interleaved: every server of a workload is started first, then each
+repeat runs every server in turn; the median of ``--repeats`` is reported.
+
 Usage::
 
     python benchmarks/env_throughput.py --sessions 1000 --seconds 10
     python benchmarks/env_throughput.py --sessions 1 100 1000 10000 --seconds 10 --workloads cached fresh
 
 Prints a table, then one JSON line: ``ours``/``baseline``/``ratio`` are steps/s at the largest
-session count both servers ran on the first workload (ratio = ours / baseline, higher is better),
-plus every measured row and the memory figures.
+session count both servers ran on the first workload (ratio = ours / baseline, higher is better;
+the baseline is OpenEnv 0.10 when measured, else 0.3.0, named by ``baseline_version``),
+``openenv030``/``ratio_vs_openenv030`` the same against 0.3.0 and ``openenv010_vs_030`` how
+the anchor moved, plus every measured row and the memory figures.
 """
 
 from __future__ import annotations
@@ -61,6 +72,11 @@ from env_server.debate.problems import load_problem_source  # noqa: E402  after 
 from env_server.protocol.models import MAX_BATCH_FRAMES  # noqa: E402  after the sys.path insert above
 from env_server.provenance import provenance, server_info  # noqa: E402  after the sys.path insert above
 
+#: the OpenEnv servers: kind -> (distribution, requirement)
+OPENENV = {"openenv010": ("openenv", "openenv==0.10.*"), "openenv030": ("openenv-core", "openenv-core==0.3.0")}
+OPENENV010_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mathdebate"
+                   / "openenv010-bench-venv")
+
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
 OPEN_CONCURRENCY = 256  # connections/sessions being opened at once (both servers)
 
@@ -68,12 +84,46 @@ OPEN_CONCURRENCY = 256  # connections/sessions being opened at once (both server
 # --------------------------------------------------------------------------- servers
 
 
+def server_requirements() -> list[str]:
+    """This project's server dependencies, as ``pyproject.toml`` lists them."""
+    import tomllib
+
+    return list(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"])
+
+
+def openenv010_python() -> str:
+    """The Python of the cached OpenEnv 0.10 environment (module docstring), created on first use
+    and again when the requirements change (a marker file lists them).
+
+    Raises:
+        subprocess.CalledProcessError: ``venv`` or ``pip`` failed (e.g. no package index).
+    """
+    requirements = [OPENENV["openenv010"][1], *server_requirements()]
+    marker = OPENENV010_VENV / "mathdebate-requirements.txt"
+    python = OPENENV010_VENV / "bin" / "python"
+    if not (marker.exists() and marker.read_text() == "\n".join(requirements) and python.exists()):
+        print(f"  (creating {OPENENV010_VENV}: {' '.join(requirements)})", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(OPENENV010_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements],
+                       check=True, timeout=1200)
+        marker.write_text("\n".join(requirements))
+    return str(python)
+
+
+def openenv_version(kind: str) -> str:
+    """The installed version of the OpenEnv distribution an ``openenv*`` server kind runs."""
+    python = openenv010_python() if kind == "openenv010" else sys.executable
+    code = f"import importlib.metadata as m; print(m.version({OPENENV[kind][0]!r}))"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 @contextmanager
 def server(kind: str, problems: str | None, workers: int, max_sessions: int, extra: Sequence[str] = ()):
     """Start one server process; yield ``(http_url, pid)``; stop it with SIGTERM.
 
     ``kind``: ``ours``, ``journal`` (ours with ``--state-dir`` in a fresh temporary directory:
-    the cost of journaling) or ``openenv``; ``extra``: more ``serve`` arguments (ours)."""
+    the cost of journaling), ``openenv010`` or ``openenv030`` (``OPENENV``); ``extra``: more
+    ``serve`` arguments (ours)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if kind in ("ours", "journal"):
@@ -87,7 +137,8 @@ def server(kind: str, problems: str | None, workers: int, max_sessions: int, ext
     else:
         env.update(MATHDEBATE_REF_PROBLEMS=problems or "", MATHDEBATE_REF_WORKERS=str(workers),
                    MATHDEBATE_REF_MAX_ENVS=str(max_sessions))
-        cmd = [sys.executable, "-m", "uvicorn", "benchmarks.openenv_reference:app", "--port", str(port),
+        python = openenv010_python() if kind == "openenv010" else sys.executable
+        cmd = [python, "-m", "uvicorn", "benchmarks.openenv_reference:app", "--port", str(port),
                "--log-level", "warning"]
     log = tempfile.NamedTemporaryFile(prefix=f"bench-{kind}-", suffix=".log", delete=False)  # noqa: SIM115  the server subprocess writes it until stop
     process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -477,8 +528,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window per row")
     parser.add_argument("--workloads", nargs="+", choices=["cached", "fresh"], default=["cached", "fresh"])
     parser.add_argument("--connections", type=int, default=4, help="our WebSocket connections")
-    parser.add_argument("--servers", nargs="+", choices=["ours", "journal", "openenv"], default=["ours", "openenv"],
-                        help="journal: ours with --state-dir (the journal's cost, beside ours)")
+    parser.add_argument("--servers", nargs="+", choices=["ours", "journal", *OPENENV],
+                        default=["ours", *OPENENV],
+                        help="journal: ours with --state-dir (the journal's cost, beside ours); openenv010: OpenEnv "
+                             "0.10 (the baseline); openenv030: openenv-core 0.3.0 (the earlier anchor)")
     parser.add_argument("--replicas", type=int, default=1,
                         help="our servers (replicas) started; connections spread over them round-robin")
     parser.add_argument("--serve-arg", action="append", default=[],
@@ -497,67 +550,88 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     memory: dict[str, float] = {}
     servers: list[dict[str, Any]] = []  # what our servers say about themselves (the provenance)
+    versions = {kind: openenv_version(kind) for kind in args.servers if kind in OPENENV}
     # closed sessions linger for the resume window (ours): room for every session of a run
     max_sessions = sum(args.sessions) * args.repeats + args.idle_sessions + 100
     for workload_name in args.workloads:
-        for server_name in args.servers:
-            workload = make_workload(workload_name)
-            workload.think_s = args.think_ms / 1000
-            replicas = args.replicas if server_name != "openenv" else 1
-            with ExitStack() as stack:
-                started = [stack.enter_context(server(server_name, workload.problems, args.grading_workers, max_sessions,
-                                                      args.serve_arg)) for _ in range(replicas)]
-                url, pid = started[0]
-                urls = [u for u, _ in started]
-                if server_name != "openenv" and not servers:
+        workload = make_workload(workload_name)
+        workload.think_s = args.think_ms / 1000
+        with ExitStack() as stack:
+            started: dict[str, list[tuple[str, int]]] = {}
+            for server_name in args.servers:  # all started first, so that the repeats interleave
+                replicas = 1 if server_name in OPENENV else args.replicas
+                started[server_name] = [stack.enter_context(server(server_name, workload.problems, args.grading_workers,
+                                                                   max_sessions, args.serve_arg))
+                                        for _ in range(replicas)]
+                url, pid = started[server_name][0]
+                if server_name not in OPENENV and not servers:
                     servers.append(server_info(url))
                 if workload_name == args.workloads[0] and args.idle_sessions:
                     memory[server_name] = round(asyncio.run(
                         idle_memory(url, pid, server_name, args.idle_sessions, args.connections)), 2)
-                for sessions in args.sessions:
-                    if server_name == "openenv" and sessions > args.baseline_max_sessions:
-                        continue
-                    runs = []
-                    for _ in range(args.repeats):
-                        if server_name != "openenv":
+            for sessions in args.sessions:
+                names = [n for n in args.servers if not (n in OPENENV and sessions > args.baseline_max_sessions)]
+                runs: dict[str, list[Row]] = {n: [] for n in names}
+                for _ in range(args.repeats):
+                    for server_name in names:
+                        urls = [u for u, _ in started[server_name]]
+                        if server_name not in OPENENV:
                             tally = asyncio.run(run_ours(urls, sessions, args.connections, workload, args.seconds,
                                                          batch=not args.no_batch))
                         else:
-                            tally = asyncio.run(run_openenv(url, sessions, workload, args.seconds))
-                        runs.append(row_of(server_name, workload_name, sessions, tally))
+                            tally = asyncio.run(run_openenv(urls[0], sessions, workload, args.seconds))
+                        runs[server_name].append(row_of(server_name, workload_name, sessions, tally))
                         if tally.error_samples:
                             print(f"  errors ({server_name}, {workload_name}, {sessions}): {tally.error_samples}",
                                   file=sys.stderr)
-                    row = sorted(runs, key=lambda r: r.steps_per_s)[len(runs) // 2]
+                for server_name in names:
+                    row = sorted(runs[server_name], key=lambda r: r.steps_per_s)[len(runs[server_name]) // 2]
                     rows.append(row)
+                    replicas = len(started[server_name])
                     served = row.steps_per_s * args.seconds
                     success = served / (served + row.errors) if served + row.errors else 0.0
-                    print(f"{row.server:8} {row.workload:7} {row.sessions:6d} sessions: {row.steps_per_s:9.1f} steps/s "
+                    print(f"{row.server:10} {row.workload:7} {row.sessions:6d} sessions: {row.steps_per_s:9.1f} steps/s "
                           f"p50 {row.p50_ms:8.2f} ms  p99 {row.p99_ms:8.2f} ms  errors {row.errors}  "
                           f"success {success:.4f}  replicas {replicas}  "
-                          f"sessions/core {row.sessions / min(os.cpu_count() or 1, replicas):.0f}", flush=True)
+                          f"sessions/core {row.sessions / min(os.cpu_count() or 1, replicas):.0f}  "
+                          f"runs {' '.join(f'{r.steps_per_s:.0f}' for r in runs[server_name])}", flush=True)
 
     print()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"grading workers {args.grading_workers}; our connections {args.connections} "
           f"({'one frame per message' if args.no_batch else 'batched'}); window {args.seconds:.0f} s; "
           f"think {args.think_ms:g} ms")
-    print("| workload | sessions | ours steps/s | OpenEnv steps/s | ratio | ours episodes/s | OpenEnv episodes/s "
-          "| ours p50/p99 ms | OpenEnv p50/p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    baseline_kind = "openenv010" if "openenv010" in args.servers else "openenv030"
+    base_name = f"OpenEnv {versions.get(baseline_kind, '?')}"
+    print(f"| workload | sessions | ours steps/s | {base_name} steps/s | ratio | ours episodes/s | {base_name} "
+          f"episodes/s | ours p50/p99 ms | {base_name} p50/p99 ms | openenv-core 0.3.0 steps/s | ours / 0.3.0 "
+          f"| {base_name} / 0.3.0 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     summary: dict[str, Any] = {}
+
+    def find(kind: str, workload_name: str, sessions: int) -> Row | None:
+        return next((r for r in rows if r.server == kind and r.workload == workload_name and r.sessions == sessions), None)
+
+    def over(a: Row | None, b: Row | None) -> float | None:
+        return round(a.steps_per_s / b.steps_per_s, 2) if a and b and b.steps_per_s else None
+
     for workload_name, sessions in itertools.product(args.workloads, args.sessions):
-        ours = next((r for r in rows if r.server == "ours" and r.workload == workload_name and r.sessions == sessions), None)
-        base = next((r for r in rows if r.server == "openenv" and r.workload == workload_name and r.sessions == sessions), None)
-        ratio = round(ours.steps_per_s / base.steps_per_s, 2) if ours and base and base.steps_per_s else None
+        ours = find("ours", workload_name, sessions)
+        base = find(baseline_kind, workload_name, sessions)
+        old = find("openenv030", workload_name, sessions) if baseline_kind != "openenv030" else None
+        ratio = over(ours, base)
         fmt = lambda r: f"{r.steps_per_s:.0f}" if r else "-"  # noqa: E731  one-line table formatters
         lat = lambda r: f"{r.p50_ms:.1f} / {r.p99_ms:.1f}" if r else "-"  # noqa: E731  one-line table formatters
         eps = lambda r: f"{r.episodes_per_s:.0f}" if r else "-"  # noqa: E731  one-line table formatters
         print(f"| {workload_name} | {sessions} | {fmt(ours)} | {fmt(base)} | {ratio if ratio else '-'} "
-              f"| {eps(ours)} | {eps(base)} | {lat(ours)} | {lat(base)} |")
+              f"| {eps(ours)} | {eps(base)} | {lat(ours)} | {lat(base)} | {fmt(old)} | {over(ours, old) or '-'} "
+              f"| {over(base, old) or '-'} |")
         if ours and base and workload_name == args.workloads[0]:
             summary = {"ours": ours.steps_per_s, "baseline": base.steps_per_s, "ratio": ratio, "sessions": sessions,
-                       "workload": workload_name}
+                       "workload": workload_name, "baseline_version": versions.get(baseline_kind)}
+            if old:
+                summary.update(openenv030=old.steps_per_s, ratio_vs_openenv030=over(ours, old),
+                               openenv010_vs_030=over(base, old), openenv030_version=versions.get("openenv030"))
     if memory:
         print(f"memory per idle session ({args.idle_sessions} sessions): "
               + ", ".join(f"{k} {v:.1f} KiB" for k, v in memory.items()))
@@ -567,7 +641,8 @@ def main(argv: list[str] | None = None) -> int:
             base = ours_rows[(r.workload, r.sessions)]
             print(f"journal cost ({r.workload}, {r.sessions} sessions): {r.steps_per_s:.0f} vs {base.steps_per_s:.0f} "
                   f"steps/s memory-only = {r.steps_per_s / base.steps_per_s:.2f}x")
-    result = {**summary, "replicas": args.replicas, "unit": "steps/s", "think_ms": args.think_ms, "batched": not args.no_batch,
+    result = {**summary, "openenv_versions": versions,
+              "replicas": args.replicas, "unit": "steps/s", "think_ms": args.think_ms, "batched": not args.no_batch,
               "memory_kib_per_idle_session": memory, "rows": [asdict(r) for r in rows],
               "provenance": {**provenance(vars(args)), "env_servers": servers}}
     print(json.dumps(result))

@@ -1,6 +1,13 @@
 """The baseline server for ``env_throughput.py``: the same debate environment served by the
-OpenEnv reference stack (``openenv-core`` 0.3.0 ``create_app``: one WebSocket ``/ws`` per
-session, one ``Environment`` instance per session).
+OpenEnv reference stack (``create_app``: one WebSocket ``/ws`` per session, one
+``Environment`` instance per session).
+
+The same module runs under OpenEnv 0.10 (the ``openenv`` distribution; ``env_throughput.py``'s
+``openenv010``, the baseline, from its own cached virtual environment) and under openenv-core
+0.3.0 (``openenv030``, this environment's); both install the import package ``openenv`` with
+the same ``create_app(env, action_cls, observation_cls, env_name=, max_concurrent_envs=)``.
+It is deployed as OpenEnv 0.10's environment template deploys ``server/app.py``: ``uvicorn
+<module>:app``, one process.
 
 The environment reuses mathdebate's debate state machine (``env_server.debate.episode``), problem
 sources and grading pool, so the two servers differ only in the serving stack. As OpenEnv has no

@@ -77,11 +77,14 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
                         help="rewrite the state journal as a snapshot of the live state past this size")
     parser.add_argument("--grading-workers", type=int, default=None, help="default: CPU count")
     parser.add_argument("--grading-timeout", type=float, default=grading.hard_timeout_s, help="hard kill, seconds")
+    parser.add_argument("--grading-fairness", choices=["on", "off"], default="on" if grading.fairness else "off",
+                        help="per-session fair admission to the grading workers: a session's grades wait behind "
+                             "its own, not other sessions' (off: first come, first served)")
     parser.add_argument("--log-level", default="info")
 
 
 def _serve_config(args: argparse.Namespace) -> ServerConfig:
-    grading = {"hard_timeout_s": args.grading_timeout}
+    grading: dict[str, Any] = {"hard_timeout_s": args.grading_timeout, "fairness": args.grading_fairness == "on"}
     if args.grading_workers is not None:
         grading["workers"] = args.grading_workers
     return ServerConfig(

@@ -13,7 +13,19 @@ Flow of one grade (``Grader.grade``):
    Pure string/Fraction code, no sympy (most MATH-500 short answers end here or earlier;
    figures in ``benchmarks/README.md``);
 3. verdict cache (LRU, keyed by a digest of gold and answer) and in-flight de-duplication;
-4. a worker process runs :func:`env_server.grading.worker.grade_answer` (math-verify, with
+4. fair admission (``GradingConfig.fairness``, on by default): every grade names its owner (the
+   session), waits in that owner's queue, and goes to pebble only when a worker is free (or about
+   to be: ``PIPELINE_S``), the owner
+   whose grades have used the least worker time so far going first (start-time fair queueing
+   over worker seconds; an owner that starts from idle is ranked ``hard_timeout_s`` ahead of
+   the grade dispatched last, so it does not wait for a whole round of busy owners, and it
+   cannot bank more credit than that by idling; between owners charged alike, the one with
+   fewer grades waiting goes first, so a session with one grade is not queued behind a round of
+   new sessions with many). A session that floods the pool with costly answers therefore queues behind its
+   own work while another session's grade waits for at most one running grade per worker
+   (measured in ``benchmarks/README.md``, "Hostile load"). ``Grader.backlog`` counts an owner's
+   grades queued or running, for the transports' backpressure;
+5. a worker process runs :func:`env_server.grading.worker.grade_answer` (math-verify, with
    its own soft timeouts); pebble kills a worker that runs past ``hard_timeout_s``, starts a
    replacement and the grade becomes reward 0 with ``grading_timeout``. A worker that dies
    (OOM under its address-space cap, SIGKILL) gives the same result. Workers fork from a
@@ -30,10 +42,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
+import itertools
 import logging
 import multiprocessing
 import os
-from collections import Counter, OrderedDict
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Hashable
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TYPE_CHECKING
 
@@ -66,6 +82,14 @@ class GradingConfig(BaseModel):
         cache_size: verdicts kept in the LRU cache.
         worker_max_tasks: tasks before a worker is recycled (bounds sympy cache growth).
         worker_memory_mb: address-space cap of a worker (``RLIMIT_AS``), MiB; 0 disables.
+        fairness: per-session fair admission to the workers (module docstring, step 4); ``False``
+            sends grades to the workers first come, first served (the behaviour before it, kept
+            so ``benchmarks/hostile_load.py`` can measure the difference). ``mathdebate serve
+            --grading-fairness on|off``.
+        session_backlog: grades of one session queued or running in a worker beyond which
+            ``/ws/mux`` holds that session's next frames until its backlog is below it again
+            (backpressure on a session that outruns the workers; other sessions are not held).
+            Only with ``fairness``.
     """
 
     workers: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1), ge=1, le=256)
@@ -76,6 +100,8 @@ class GradingConfig(BaseModel):
     cache_size: int = Field(default=200_000, ge=0)
     worker_max_tasks: int = Field(default=2000, ge=0)
     worker_memory_mb: int = Field(default=4096, ge=0)
+    fairness: bool = True
+    session_backlog: int = Field(default=4, ge=1)
 
 
 class GradeCache:
@@ -126,6 +152,34 @@ def _init_worker(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+#: Grades handed to pebble beyond one per worker, so that a worker that finishes starts its next
+#: grade without a round trip through the event loop: about ``PIPELINE_S`` of work per worker at
+#: the recent pace of grading (the mean interval between finished grades, times the workers), at
+#: most ``MAX_AHEAD``. Quick grades (a few ms) keep several waiting (with none, 100 owners of
+#: fresh grades got about 0.77x the grades/s of first come, first served); costly ones (seconds)
+#: none, so a new owner's grade waits for at most one running grade per worker.
+PIPELINE_S = 0.01
+MAX_AHEAD = 8
+#: worker seconds charged to an owner when one of its grades starts (the real time is charged
+#: when it ends): an owner whose grade is running ranks behind owners waiting with the same
+#: charge, so it does not take a second worker while others wait
+DISPATCH_CHARGE_S = 0.01
+
+
+class _Owner:
+    """One owner's (session's) grades waiting for a worker, and its worker time so far."""
+
+    __slots__ = ("backlog", "key", "queue", "queued", "room", "used")
+
+    def __init__(self, key: Hashable, used: float) -> None:
+        self.key = key
+        self.queue: deque[tuple[str, str, asyncio.Future[Grade]]] = deque()
+        self.used = used  # worker seconds charged (start-time fair queueing tag)
+        self.backlog = 0  # grades queued or running
+        self.queued = False  # in the ready heap
+        self.room: asyncio.Event | None = None  # set when the backlog falls below session_backlog
+
+
 class Grader:
     """Asynchronous grader over a pool of worker processes.
 
@@ -143,6 +197,15 @@ class Grader:
         self._inflight: dict[bytes, asyncio.Future[Grade]] = {}
         self._pool: ProcessPool | None = None
         self._closed = False
+        # fair admission (module docstring, step 4)
+        self._owners: dict[Hashable, _Owner] = {}
+        self._ready: list[tuple[float, int, int, _Owner]] = []  # (used, backlog, seq, owner) of owners with queued grades
+        self._seq = itertools.count()
+        self._vtime: float | None = None  # the highest charge a dispatched grade's owner had (None: none yet)
+        self._running = 0
+        self._started: set[asyncio.Future[None]] = set()  # admitted grades running in pebble
+        self._pace_s = 1.0  # moving mean of worker seconds per finished grade (PIPELINE_S)
+        self._last_done = time.monotonic()
 
     async def start(self) -> None:
         """Start the worker processes (idempotent) and warm them up, so import and
@@ -208,8 +271,27 @@ class Grader:
         self.stats["requests"] += 1
         return self._count(grade)
 
-    async def grade(self, gold: str, answer: str | None) -> Grade:
+    def backlog(self, owner: Hashable) -> int:
+        """Grades of ``owner`` queued for or running in a worker (0 without fair admission)."""
+        state = self._owners.get(owner)
+        return state.backlog if state is not None else 0
+
+    async def room(self, owner: Hashable) -> None:
+        """Return once ``owner``'s backlog is below ``config.session_backlog``."""
+        state = self._owners.get(owner)
+        while state is not None and state.backlog >= self.config.session_backlog:
+            if state.room is None:
+                state.room = asyncio.Event()
+            await state.room.wait()
+            state = self._owners.get(owner)
+
+    async def grade(self, gold: str, answer: str | None, owner: Hashable = None) -> Grade:
         """Grade ``answer`` (the extracted final answer, ``answers.final_answer``, or None) against ``gold``.
+
+        Args:
+            owner: who asks (the session id): with ``config.fairness`` a grade that needs a
+                worker waits behind its owner's earlier ones, and owners share the workers
+                fairly (module docstring, step 4).
 
         Never raises for bad input: failures become ``unparseable_answer`` or
         ``grading_timeout``.
@@ -227,7 +309,7 @@ class Grader:
         future: asyncio.Future[Grade] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            grade = await self._run_worker(gold, answer)
+            grade = await (self._admitted(owner, gold, answer) if self.config.fairness else self._run_worker(gold, answer))
             if grade.error_kind is not ErrorKind.GRADING_TIMEOUT:
                 self.cache.put(key, grade)
             future.set_result(grade)
@@ -237,6 +319,77 @@ class Grader:
         finally:
             del self._inflight[key]
         return self._count(grade)
+
+    async def _admitted(self, owner: Hashable, gold: str, answer: str) -> Grade:
+        """A worker's grade, queued in ``owner``'s queue until the fair scheduler starts it."""
+        state = self._owners.get(owner)
+        credit = (self._vtime or 0.0) - self.config.hard_timeout_s  # an idle owner's head start (module docstring)
+        if state is None:
+            state = self._owners[owner] = _Owner(owner, credit)
+        future: asyncio.Future[Grade] = asyncio.get_running_loop().create_future()
+        state.queue.append((gold, answer, future))
+        state.backlog += 1
+        if not state.queued:
+            state.used = max(state.used, credit)
+            self._enqueue(state)
+        self._dispatch()
+        try:
+            return await future
+        finally:
+            state.backlog -= 1
+            if state.backlog < self.config.session_backlog and state.room is not None:
+                state.room.set()
+                state.room = None
+            if state.backlog == 0 and self._owners.get(owner) is state:
+                del self._owners[owner]
+
+    def _enqueue(self, state: _Owner) -> None:
+        state.queued = True
+        heapq.heappush(self._ready, (state.used, state.backlog, next(self._seq), state))
+
+    def _dispatch(self) -> None:
+        """Start queued grades while a worker is free, least-served owner first."""
+        limit = self.config.workers * (1 + min(MAX_AHEAD, int(PIPELINE_S / max(self._pace_s, 1e-6))))
+        while self._running < limit and self._ready:
+            used, backlog, _, state = heapq.heappop(self._ready)
+            state.queued = False
+            if (used, backlog) < (state.used, state.backlog):  # charged or more queued since: re-rank
+                self._enqueue(state)
+                continue
+            while state.queue and state.queue[0][2].done():  # its waiter was cancelled
+                state.queue.popleft()
+            if not state.queue:
+                continue
+            gold, answer, future = state.queue.popleft()
+            self._vtime = used if self._vtime is None else max(self._vtime, used)
+            state.used += DISPATCH_CHARGE_S
+            if state.queue:
+                self._enqueue(state)
+            self._running += 1
+            task = asyncio.ensure_future(self._run_admitted(state, gold, answer, future))
+            self._started.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._started.discard)
+
+    async def _run_admitted(self, state: _Owner, gold: str, answer: str, future: asyncio.Future[Grade]) -> None:
+        start = time.monotonic()
+        try:
+            grade = await self._run_worker(gold, answer)
+        except BaseException:
+            grade = Grade(False, ErrorKind.GRADING_TIMEOUT, "worker")
+            raise
+        finally:
+            now = time.monotonic()
+            state.used += now - start - DISPATCH_CHARGE_S
+            pace = min(now - self._last_done, now - start) * self.config.workers
+            self._pace_s += 0.1 * (pace - self._pace_s)
+            self._last_done = now
+            self._running -= 1
+            if not future.done():
+                future.set_result(grade)
+            if state.queue and not state.queued:
+                self._enqueue(state)
+            if not self._closed:
+                self._dispatch()
 
     def _count(self, grade: Grade) -> Grade:
         self.stats[grade.source] += 1

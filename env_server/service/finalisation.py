@@ -46,10 +46,18 @@ class GradingFinalisation:
         quick = self.grader.quick_grade(gold, turn.answer)
         if quick is not None:
             return quick
-        future = asyncio.ensure_future(self.grader.grade(gold, turn.answer))
+        future = asyncio.ensure_future(self.grader.grade(gold, turn.answer, entry.session_id))
         if self.journal is not None:
             future.add_done_callback(lambda done: self._journal_grade(entry.episode_id, turn.t, done))
         return future
+
+    def grading_backlog(self, session_id: str) -> int:
+        """Grades of the session queued for or running in a grading worker."""
+        return self.grader.backlog(session_id)
+
+    async def grading_room(self, session_id: str) -> None:
+        """Return once the session's grading backlog is below ``GradingConfig.session_backlog``."""
+        await self.grader.room(session_id)
 
     def _journal_grade(self, episode_id: str, t: int, done: asyncio.Future[Grade]) -> None:
         """Journal a worker's grade as soon as it is in (a re-grade after a timeout could differ)."""

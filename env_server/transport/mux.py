@@ -58,10 +58,19 @@ MAX_OUT_BATCH_FRAMES = MAX_BATCH_FRAMES
 #: longest stretch one connection's batch runs on the event loop before it yields to others, s
 TIME_SLICE_S = 0.002
 MAX_OUT_BATCH_BYTES = 4 << 20
+#: Frames kept for one held session (see ``MuxConnection``); more get a ``CAPACITY_REACHED``
+#: error frame, so a client that does not wait for replies cannot grow the server's memory.
+MAX_HELD_FRAMES = 64
 
 
 class MuxConnection:
     """One ``/ws/mux`` connection.
+
+    Backpressure on grading: after a step that leaves its session with at least
+    ``GradingConfig.session_backlog`` grades queued for or running in a grading worker, the
+    session's next frames are held, in order, until its backlog is below that again (a session
+    flooding the graders with costly answers waits for its own work; the connection's other
+    sessions are not held; ``benchmarks/README.md``, "Hostile load").
 
     Args:
         websocket: an accepted WebSocket.
@@ -84,6 +93,7 @@ class MuxConnection:
         self._room.set()
         self._waits: set[asyncio.Task[None]] = set()
         self._after_reply: bytes | None = None  # a push that must follow the current reply
+        self._held: dict[str, list[tuple[Any, Any]]] = {}  # session id -> its frames held behind its grading backlog
         self._handlers: dict[str, Callable[[Any], bytes | None]] = {
             "open": self._open, "attach": self._attach, "reset": self._reset, "step": self._step,
             "state": self._state, "rewards": self._rewards, "close": self._close, "ping": self._ping,
@@ -213,6 +223,43 @@ class MuxConnection:
             await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, "Invalid message", request_id, session_id,
                                           errors=validation_errors(exc)))
             return
+        if session_id is not None and (held := self._held.get(session_id)) is not None:
+            if len(held) >= MAX_HELD_FRAMES:
+                await self._reply(error_frame(
+                    ErrorCode.CAPACITY_REACHED, f"the session's grading backlog is full and {MAX_HELD_FRAMES} of its "
+                    "frames already wait behind it: wait for their replies", request_id, session_id))
+            else:
+                held.append((frame, request_id))
+            return
+        await self._dispatch(frame, request_id, session_id)
+        if frame_type == "step" and session_id is not None:
+            self._hold_if_backlogged(session_id)
+
+    def _hold_if_backlogged(self, session_id: str) -> None:
+        """Hold the session's next frames while its grading backlog is full (class docstring)."""
+        if session_id in self._held or self.service.grading_backlog(session_id) < self.service.config.grading.session_backlog:
+            return
+        self._held[session_id] = []
+        task = asyncio.create_task(self._release(session_id))
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
+
+    async def _release(self, session_id: str) -> None:
+        """Process a held session's frames, in order, as its grading backlog allows."""
+        try:
+            while True:
+                await self.service.grading_room(session_id)
+                held = self._held[session_id]
+                if not held:
+                    return
+                frame, request_id = held.pop(0)
+                await self._dispatch(frame, request_id, session_id)
+        finally:
+            self._held.pop(session_id, None)
+
+    async def _dispatch(self, frame: Any, request_id: Any, session_id: str | None) -> None:
+        """A validated frame: run its handler and reply (errors become error frames)."""
+        frame_type = frame.type
         try:
             reply = self._handlers[frame_type](frame)
         except DebateError as exc:

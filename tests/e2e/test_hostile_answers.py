@@ -1,16 +1,18 @@
 """Hostile answers through the real protocol, in every field that reaches grading.
 
 Each is cut within the hard limit (the ``server_url`` fixture kills a grade after 2 s), nothing
-executes, it earns 0, and the p99 step latency of concurrent normal sessions stays within 2× of
-its value without the hostile load (``benchmarks/hostile_load.py`` measures throughput too).
+executes, it earns 0, normal sessions beside a hostile flood are served without errors and
+graded correctly, and a session flooding costly grades does not hold back another session's
+grade. Correctness only: the timings under a flood (p99 and steps/s against calm) are
+``benchmarks/hostile_load.py``'s.
 """
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from reliability_helpers import PROBLEMS, RawMux, play_reference_episode
@@ -65,37 +67,36 @@ def test_over_long_content_is_a_typed_error_and_the_episode_continues(server_url
     mux.close()
 
 
-def _normal_p99(server_url: str, sessions: int, episodes: int) -> float:
-    latencies: list[float] = []
+def _normal_sessions(server_url: str, sessions: int, episodes: int) -> list[Any]:
+    """Play ``episodes`` reference debates in each of ``sessions`` threads; return every step
+    reply and episode reward (or the exception a thread raised)."""
+    results: list[Any] = []
     lock = threading.Lock()
 
     def worker(i: int) -> None:
-        mux = RawMux(server_url)
-        session = mux.request("open")["session_id"]
-        for e in range(episodes):
-            problem = PROBLEMS.by_seed(1000 + i * episodes + e)
-            mux.request("reset", session, {"problem_id": problem.problem_id})
-            text = f"\\boxed{{{problem.answer}}}"
-            for role, content in (("solver", text), ("verifier", "VERDICT: CORRECT"), ("judge", text)):
-                start = time.perf_counter()
-                mux.request("step", session, {"role": role, "content": content})
+        try:
+            mux = RawMux(server_url)
+            for e in range(episodes):
+                record = play_reference_episode(mux, 1000 + i * episodes + e)
                 with lock:
-                    latencies.append(time.perf_counter() - start)
-        mux.close()
+                    results.append(record["episode_reward"])
+            mux.close()
+        except Exception as exc:  # reported by the assertion below
+            with lock:
+                results.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(sessions)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    latencies.sort()
-    return latencies[int(0.99 * (len(latencies) - 1))]
+    return results
 
 
-def test_hostile_load_keeps_normal_p99_within_twice_its_baseline(server_url) -> None:
-    # medians of three windows on both sides: a p99 of a few hundred steps on a shared 2-core
-    # machine moves by milliseconds from one window to the next
-    baseline = statistics.median(_normal_p99(server_url, sessions=10, episodes=8) for _ in range(3))
+def test_normal_sessions_are_served_correctly_under_a_hostile_flood(server_url) -> None:
+    # correctness only (0 errors, every reference episode earns 1, nothing runs); the timings
+    # (p99 and steps/s against calm) live in benchmarks/hostile_load.py
+    SENTINEL.unlink(missing_ok=True)
     stop = threading.Event()
 
     def hostile() -> None:
@@ -116,10 +117,39 @@ def test_hostile_load_keeps_normal_p99_within_twice_its_baseline(server_url) -> 
         attacker.start()
     try:
         time.sleep(0.5)
-        loaded = statistics.median(_normal_p99(server_url, sessions=10, episodes=8) for _ in range(3))
+        results = _normal_sessions(server_url, sessions=10, episodes=8)
     finally:
         stop.set()
         for attacker in attackers:
             attacker.join()
-    # steps answer before grading: hostile grading runs in killable workers, off the event loop
-    assert loaded <= 2 * baseline, (loaded, baseline)
+    assert results == [1.0] * 80, [r for r in results if r != 1.0][:3]
+    assert not SENTINEL.exists()
+
+
+def test_a_session_flooding_costly_grades_does_not_hold_back_another_sessions_grade(server_url) -> None:
+    """Fair admission to the grading workers: a session whose costly grades fill the queue
+    waits behind its own work; another session's grade that needs a worker is started before
+    them, and a costly but correct answer still earns 1."""
+    flood = RawMux(server_url)
+    flooder = flood.request("open")["session_id"]
+    tower = iter(range(10_000))
+    episodes = 6  # 12 grades, each killed at the fixture's 2 s: about 12 s of both workers
+    for _ in range(episodes):
+        assert flood.request("reset", flooder, {"problem_id": PROBLEMS.by_seed(60).problem_id})["type"] == "observation"
+        for role in ("solver", "verifier", "judge"):
+            content = "VERDICT: CORRECT" if role == "verifier" else f"\\boxed{{9^{{9^{{9^{{9^{{{next(tower)}}}}}}}}}}}"
+            assert flood.request("step", flooder, {"role": role, "content": content})["type"] == "observation"
+    flood_episode = flood.request("state", flooder)["data"]["episode_id"]
+    # the other session: a correct answer no event-loop fast path decides (a worker grades it)
+    other = RawMux(server_url)
+    problem = PROBLEMS.by_seed(7)
+    costly = rf"\left({problem.answer}\right) \cdot \frac{{\sin^{{2}} x + \cos^{{2}} x}}{{1}}"
+    record = play_reference_episode(other, 7, answer=costly)
+    assert record["episode_reward"] == 1.0
+    assert [turn["reward"] for turn in record["turns"] if turn["role"] == "solver"] == [1.0]
+    # graded ahead of the flood's earlier grades: the flooder's last episode is still waiting
+    # (first come, first served, --grading-fairness off, would have graded it first)
+    pending = flood.request("rewards", flooder, {"episode_id": flood_episode})["data"]
+    assert pending["status"] == "pending", pending
+    flood.close()
+    other.close()
