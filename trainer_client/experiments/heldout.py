@@ -31,8 +31,8 @@ from typing import Any
 from env_server.debate.answers import final_answer
 from env_server.debate.problems import Problem, ProblemSource, splits
 from env_server.grading.pool import Grader, GradingConfig
+from trainer_client.rollout.tool_calls import END_OF_TURN, role_tool_action
 from trainer_client.rollout.tool_calls import read_tool_call as _read_call
-from trainer_client.rollout.tool_calls import role_tool_action
 
 __all__ = [
     "HELDOUT_SEED_BASE",
@@ -57,7 +57,6 @@ __all__ = [
 #: (:mod:`env_server.debate.problems.splits`; validation seeds start at ``VALIDATION_SEED_BASE``).
 HELDOUT_SEED_BASE = splits.HELDOUT_SEED_BASE
 
-_END_OF_TURN = "<|im_end|>"
 
 
 def heldout_seeds(n: int, start: int = 0) -> list[int]:
@@ -148,7 +147,7 @@ def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | N
 
 def own_text(text: str) -> str:
     """A generated turn's text up to its end-of-turn token."""
-    return text.split(_END_OF_TURN, 1)[0]
+    return text.split(END_OF_TURN, 1)[0]
 
 
 def extend_context(tokenizer: Any, context: list[int], text: str, next_observation: Any | None,

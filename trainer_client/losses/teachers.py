@@ -45,6 +45,7 @@ from env_server.debate.answers import final_answer, normalize_answer, parse_verd
 from env_server.debate.problems import ProblemSource, UnknownProblemError
 from env_server.protocol.markers import Role
 from trainer_client.losses.pair_store import DpoPair
+from trainer_client.rollout.tool_calls import END_OF_TURN
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -65,8 +66,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The end-of-turn token of the tool-call layout (Qwen's chat format, TRL's tool loop).
-_END_OF_TURN = "<|im_end|>"
 
 
 class TeacherConfig(BaseModel):
@@ -319,7 +318,7 @@ class HFTeacher(Teacher):
         template = get_training_chat_template(self._tokenizer)
         reply = self._generate(turn_messages(request.role, request.messages), skip_special_tokens=False,
                                tools=tool_callables(), chat_template=template)
-        generated = reply.text.split(_END_OF_TURN)[0]
+        generated = reply.text.split(END_OF_TURN)[0]
         action = role_tool_action(generated, request.role)
         return TeacherReply(action or "", reply.prompt_tokens, reply.completion_tokens, generated=generated)
 

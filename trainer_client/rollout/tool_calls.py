@@ -21,8 +21,8 @@ from typing import Any
 
 from env_server.protocol.markers import Role
 
-__all__ = ["TOOLS_KWARG", "generated_text", "read_tool_call", "reply_tool_call", "role_tool_action", "tool_callables",
-           "tool_schemas", "turn_messages"]
+__all__ = ["END_OF_TURN", "TOOLS_KWARG", "generated_text", "read_tool_call", "reply_tool_call", "role_tool_action",
+           "tool_callables", "tool_schemas", "turn_messages"]
 
 #: The ``chat_template_kwargs`` key carrying the full tool schemas: vLLM's OpenAI server keeps only
 #: ``name``, ``description`` and ``parameters`` of a request's ``tools`` (vllm 0.31), TRL renders
@@ -31,7 +31,8 @@ __all__ = ["TOOLS_KWARG", "generated_text", "read_tool_call", "reply_tool_call",
 TOOLS_KWARG = "mathdebate_tools"
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.+?)\s*</tool_call>", re.DOTALL)
-_END_OF_TURN = "<|im_end|>"
+#: The end-of-turn token of the tool-call layout (Qwen's chat format, TRL's tool loop).
+END_OF_TURN = "<|im_end|>"
 
 
 def tool_callables() -> list[Any]:
@@ -72,7 +73,7 @@ def read_tool_call(text: str) -> tuple[str | None, dict[str, Any] | None]:
     """``(tool name, arguments)`` of a generated turn's first ``<tool_call>{json}</tool_call>``
     (text up to ``<|im_end|>``): ``(None, None)`` if no call parses, ``(name, None)`` if its
     arguments are not an object."""
-    match = _TOOL_CALL.search(text.split(_END_OF_TURN, 1)[0])
+    match = _TOOL_CALL.search(text.split(END_OF_TURN, 1)[0])
     if match is None:
         return None, None
     try:
