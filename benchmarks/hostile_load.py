@@ -259,9 +259,10 @@ def main(argv: list[str] | None = None) -> int:
                     probes[key].append(probed)
                     extra_text = (f"  probe reward {probed[0]:.0f} in {probed[1]:6.2f} s" if probed is not None
                                   else f"  probe not graded within {PROBE_TIMEOUT_S:.0f} s")
-                flood_rates[key].append(tally.flood_steps_per_s)  # type: ignore[attr-defined]  # set by run()
+                flood_rate = tally.flood_steps_per_s  # type: ignore[attr-defined]  # set by run()
+                flood_rates[key].append(flood_rate)
                 print(f"repeat {repeat} {key:17s} {row.steps_per_s:9.1f} steps/s  p50 {row.p50_ms:7.2f} ms  "
-                      f"p99 {row.p99_ms:7.2f} ms  errors {row.errors}  flood {tally.flood_steps_per_s:7.1f} "  # type: ignore[attr-defined]
+                      f"p99 {row.p99_ms:7.2f} ms  errors {row.errors}  flood {flood_rate:7.1f} "
                       f"steps/s{extra_text}  load {load}", flush=True)
                 if tally.error_samples:
                     print(f"  errors: {tally.error_samples}", flush=True)
