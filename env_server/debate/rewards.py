@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from env_server.debate.episode import DebateEpisode, TurnRecord
+from env_server.debate.error_sites import localised_hint
 from env_server.protocol.grades import Grade
 from env_server.protocol.markers import EpisodeMode, ErrorKind, Role, hint_key
 
@@ -81,7 +82,8 @@ def episode_rewards_data(
                 solver_rewards.append(reward)
         turns.append({"t": turn.t, "role": turn.role.value, "reward": reward,
                       "error_kind": None if kind is None else kind.value,
-                      "hint_template_key": hint_key(turn.role, kind), "answer": answer, "correct": correct})
+                      "hint_template_key": hint_key(turn.role, kind), "answer": answer, "correct": correct,
+                      "hint": localised_hint(episode.problem, turn.role, kind, answer)})
 
     first_correct = solver_rewards[0] == 1.0
     last_solver_correct = solver_rewards[-1] == 1.0

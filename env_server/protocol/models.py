@@ -226,6 +226,9 @@ class TurnReward(BaseModel):
         error_kind, hint_template_key: the final error-site marker of the turn.
         answer: the extracted final answer (solver and judge turns), else ``None``.
         correct: correctness of ``answer`` (solver/judge) or of the verdict (verifier).
+        hint: a hint for this turn alone that says where its wrong answer goes wrong, for
+            problem families that can (RFC 0002 "Localised hints"), else ``None``; a trainer
+            uses it in place of the template of ``hint_template_key``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -236,6 +239,7 @@ class TurnReward(BaseModel):
     hint_template_key: str | None = None
     answer: str | None = None
     correct: bool | None = None
+    hint: str | None = None
 
 
 class CounterfactualFacts(BaseModel):

@@ -22,7 +22,8 @@ __all__ = ["DATASET_NOTES", "SourceReport", "dataset_card", "gold_statement"]
 DATASET_NOTES = {
     "sft": "one row per role turn: `messages` is the chat that role saw before the turn (the server's role chat, "
            "as in each observation's `messages`) followed by the turn as the `assistant` message; `reward`, `correct` "
-           "and the error-site marker (`error_kind`, `hint_template_key`) are the turn's own, so "
+           "and the error-site marker (`error_kind`, `hint_template_key`, the localised `hint` where the family has one) "
+           "are the turn's own, so "
            "`ds.filter(lambda r: r['reward'] == 1)` keeps the turns graded right. In a revision chat the earlier "
            "`assistant` messages are the role's own earlier turns (each also a row). For TRL's `SFTTrainer`.",
     "pairs": "one row per trace-replay DPO pair: `prompt` is the `state(t)` role chat the student answered, `chosen` "

@@ -38,7 +38,7 @@ EPISODE_FEATURES = Features({
     "turns": List({
         "t": Value("int32"), "role": Value("string"), "round": Value("int32"), "content": Value("string"),
         "reward": Value("float64"), "error_kind": Value("string"), "hint_template_key": Value("string"),
-        "answer": Value("string"), "correct": Value("bool"), "policy": Value("string"),
+        "hint": Value("string"), "answer": Value("string"), "correct": Value("bool"), "policy": Value("string"),
     }),
     "graded_at": Value("float64"),
     "chosen": Value("bool"),
@@ -64,8 +64,8 @@ def episode_row(episode: EpisodeLine, problem: str | None, gold: str | None, sou
     record, facts = episode.record, episode.record.facts
     turns = [{"t": turn.t, "role": turn.role.value, "round": turn.round, "content": turn.content, "reward": reward.reward,
               "error_kind": reward.error_kind.value if reward.error_kind else None,
-              "hint_template_key": reward.hint_template_key, "answer": reward.answer, "correct": reward.correct,
-              "policy": turn.policy}
+              "hint_template_key": reward.hint_template_key, "hint": reward.hint, "answer": reward.answer,
+              "correct": reward.correct, "policy": turn.policy}
              for turn, reward in zip(episode.turns, record.turns, strict=True)]
     authors = [policy_gold_supervised(turn.policy) for turn in episode.turns]
     gold_supervised = None if None in authors else any(authors)

@@ -38,6 +38,7 @@ SFT_FEATURES = Features({
     "correct": Value("bool"),
     "error_kind": Value("string"),
     "hint_template_key": Value("string"),
+    "hint": Value("string"),
     "episode_reward": Value("float64"),
     "policy": Value("string"),
     "gold_supervised": Value("bool"),
@@ -102,7 +103,8 @@ def sft_rows(episode: EpisodeLine, problem: str, source: str) -> list[dict[str, 
             "episode_id": episode.episode_id, "problem_id": episode.problem_id, "mode": episode.record.mode.value,
             "t": turn.t, "role": turn.role.value, "round": turn.round, "reward": reward.reward, "correct": reward.correct,
             "error_kind": reward.error_kind.value if reward.error_kind else None,
-            "hint_template_key": reward.hint_template_key, "episode_reward": episode.record.episode_reward,
+            "hint_template_key": reward.hint_template_key, "hint": reward.hint,
+            "episode_reward": episode.record.episode_reward,
             "policy": turn.policy, "gold_supervised": policy_gold_supervised(turn.policy), "source": source,
         })
     return rows
