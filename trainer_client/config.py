@@ -276,8 +276,10 @@ class TrainConfig(_Strict):
     @property
     def gold_supervised(self) -> bool:
         """Whether trace replay is on with an oracle teacher (the reference solutions become DPO
-        targets): such runs are labelled gold-supervised in logs and reports."""
-        return self.replay.beta > 0 and any(t.kind == "oracle" for t in self.replay.teachers)
+        targets) or hint distillation shows its teacher the reference solution (``sdpo.hint:
+        reference``, OPSD): such runs are labelled gold-supervised in logs and reports."""
+        return ((self.replay.beta > 0 and any(t.kind == "oracle" for t in self.replay.teachers))
+                or (self.sdpo.alpha > 0 and self.sdpo.hint == "reference"))
 
     @property
     def env_token(self) -> str | None:

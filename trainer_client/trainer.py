@@ -87,6 +87,8 @@ class DebateGRPOTrainer(GRPOHooks):
         policies: per-role policies (the model then carries the adapters,
             :func:`~trainer_client.policies.adapters.attach_adapters`); ``None``: the shared policy.
         endpoint: plays the endpoint roles' turns (required when ``policies`` names an endpoint).
+        reference_solution: ``problem_id -> reference solution or None`` (from the train config's
+            ``problems``); required by ``sdpo.hint: reference`` (OPSD: gold-supervised).
 
     Raises:
         ValueError: a channel is on without what it needs, or an unknown estimator.
@@ -99,12 +101,12 @@ class DebateGRPOTrainer(GRPOHooks):
                  advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
                  unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None,
-                 endpoint: Any = None, **kwargs: Any) -> None:
+                 endpoint: Any = None, reference_solution: Any = None, **kwargs: Any) -> None:
         if advantage_estimator not in ("grpo", "grpo_turn", "gigpo"):
             raise ValueError(f"advantage_estimator must be 'grpo', 'grpo_turn' or 'gigpo', got {advantage_estimator!r}")
         self.sdpo, self.replay = sdpo or SDPOConfig(), replay or ReplayConfig()
         # checked before TRL builds anything (and the channels are built only when on)
-        hint = HintDistillation(self.sdpo, hints or {}) if self.sdpo.alpha > 0 else None
+        hint = HintDistillation(self.sdpo, hints or {}, reference_solution) if self.sdpo.alpha > 0 else None
         trace = TraceReplayDPO(self.replay, teacher_pool, pair_store) if self.replay.beta > 0 else None
         super().__init__(*args, **kwargs)
         self.advantage_estimator = advantage_estimator

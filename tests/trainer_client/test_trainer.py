@@ -395,3 +395,61 @@ def test_replay_steps_raise_the_chosen_side_not_only_the_margin(model_and_tokeni
     assert monitored["replay/heldout/pairs"] == 2.0 and monitored["replay/heldout/accuracy"] == 1.0
     assert monitored["replay/heldout/chosen_logp"] == pytest.approx(chosen_5 / 2, rel=1e-4)
     assert replay.pair_store.sample(2, random.Random(0), heldout_share=0.999) == []  # never trained on
+
+
+def test_a_localised_hint_replaces_the_template_in_the_teacher_context(model_and_tokenizer, tmp_path) -> None:
+    """The rewards record's own hint for a turn (RFC 0002 "Localised hints") is what the teacher
+    sees, under a key that keeps the erring role; ``hint: template`` keeps the template;
+    ``hint: reference`` (OPSD) shows the reference solution, and needs the solutions."""
+    from trainer_client.losses.hint_distillation import SITES
+    from trainer_client.rollout.spans import Segment, SegmentOwner
+
+    model, tokenizer = model_and_tokenizer
+    localised = "Your final answer is not correct: the ones column is wrong (Ones: $4 + 2$)."
+    turns = [TurnReward(t=0, role=Role.SOLVER, reward=0.0, error_kind="wrong_answer",
+                        hint_template_key="solver/wrong_answer", answer="37", correct=False, hint=localised),
+             TurnReward(t=1, role=Role.VERIFIER, reward=0.0, error_kind="false_accept",
+                        hint_template_key="verifier/false_accept", answer=None, correct=False)]
+    facts = CounterfactualFacts(first_answer_correct=False, last_solver_answer_correct=False,
+                                final_answer_correct=False, judge_correct=None, verifier_accepted=True, rounds=1,
+                                local_rewards={}, rewards_without_role={}, circular_critique=False)
+    record = EpisodeRewards(episode_id="e", problem_id="gen/two_digit_sum/1", turns=turns, episode_reward=0.0,
+                            facts=facts, graded_at=0.0)
+    segments = [[Segment(0, 5, SegmentOwner(0, Role.SOLVER, True)), Segment(5, 9, SegmentOwner(1, Role.VERIFIER, True))]]
+    hints = {**HINTS, "verifier/false_accept": "The answer you accepted is wrong."}
+    context = tokenizer.apply_chat_template([{"role": "user", "content": "Q"}], add_generation_prompt=True, tokenize=True,
+                                            return_dict=False)
+    solutions = {"gen/two_digit_sum/1": r"Ones: $4 + 2 = 6$. So the answer is $\boxed{66}$."}
+    expected = {"localised": localised, "template": HINTS["solver/wrong_answer"],
+                "reference": f"A correct solution: {solutions['gen/two_digit_sum/1']}"}
+    for style, shown in expected.items():
+        trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / style,
+                               sdpo=SDPOConfig(alpha=0.1, hint=style, restate=False), hints=hints,
+                               reference_solution=solutions.get)
+        output: dict = {}
+        trainer.hint_distillation.prepare(ScoredBatch(output, [record], [None], segments, [], "train", 0))
+        (solver_site, verifier_site), = output[SITES]
+        assert verifier_site == (5, 9, "verifier/false_accept")
+        key = solver_site[2]
+        assert solver_site[:2] == (0, 5) and key.partition("/")[0] == "solver"
+        assert (key != "solver/wrong_answer") is (style != "template") and trainer.hint_distillation.hint_text(key) == shown
+        assert tokenizer.decode(trainer.hint_distillation.with_hint(list(context), key)) == tokenizer.decode(
+            tokenizer.apply_chat_template([{"role": "user", "content": "Q"}, {"role": "user", "content": shown}],
+                                          add_generation_prompt=True, tokenize=True, return_dict=False))
+    assert {"solver/wrong_answer": HINTS["solver/wrong_answer"]} == HINTS  # the caller's table is not changed
+    with pytest.raises(ValueError, match="reference solutions"):
+        make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / "none", sdpo=SDPOConfig(alpha=0.1, hint="reference"),
+                     hints=hints)
+    # restated: the hint message ends with the instructions the erring turn's role was shown
+    from trainer_client.rollout.trace import TurnLog
+
+    environment = SimpleNamespace(trace=SimpleNamespace(turns=[
+        TurnLog(0, Role.SOLVER, "tool", None, "[SOLVER] Compute $24 + 42$."),
+        TurnLog(1, Role.VERIFIER, "tool", None, "[VERIFIER] Review.")]))
+    trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / "restate",
+                           sdpo=SDPOConfig(alpha=0.1, restate=True), hints=hints)
+    output = {}
+    trainer.hint_distillation.prepare(ScoredBatch(output, [record], [environment], segments, [], "train", 0))
+    (solver_site, verifier_site), = output[SITES]
+    assert trainer.hint_distillation.hint_text(solver_site[2]) == f"{localised}\n\n[SOLVER] Compute $24 + 42$."
+    assert trainer.hint_distillation.hint_text(verifier_site[2]) == f"{hints['verifier/false_accept']}\n\n[VERIFIER] Review."

@@ -200,6 +200,20 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
                 return problems.get(problem_id).answer
             except Exception:  # the server serves problems this trainer's source lacks
                 return None
+    reference_solution = None
+    if config.sdpo.alpha > 0 and config.sdpo.hint == "reference":
+        from env_server.debate.problems import load_problem_source
+
+        reference_source = load_problem_source(config.problems)
+
+        def reference_solution(problem_id: str) -> str | None:
+            try:
+                return reference_source.get(problem_id).solution
+            except Exception:  # the server serves problems this trainer's source lacks: the template
+                return None
+        if main:
+            log.info("hint distillation shows its teacher the reference solution (sdpo.hint = reference, OPSD): "
+                     "this run is GOLD-SUPERVISED")
     trainer = DebateGRPOTrainer(
         model=policies.model,
         args=args,
@@ -223,6 +237,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         auxiliary_losses=[build_auxiliary_loss(aux.name, aux.weight, aux.params, aux.roles) for aux in config.aux_losses],
         shuffle_rewards=config.shuffle_rewards,
         unfinished_debate_reward=config.unfinished_debate_reward,
+        reference_solution=reference_solution,
         **policies.trainer_kwargs,
     )
     trainer.add_callback(checkpoints.CheckpointStateCallback(

@@ -1,8 +1,9 @@
 """Hint distillation (SDPO): the policy at an error site, pulled toward itself shown the hint.
 
 For a turn with an error-site marker (RFC 0002), the teacher context is the policy's own
-context with the server's hint for the turn's ``hint_template_key`` inserted as a user message
-right before the erring turn; teacher logits come from the same model without gradient. The
+context with the server's hint for the turn's ``hint_template_key`` (or, per ``sdpo.hint``, the
+turn's own localised hint, ``TurnReward.hint``, or the reference solution: OPSD, arXiv
+2601.18734) inserted as a user message right before the erring turn; teacher logits come from the same model without gradient. The
 term is the generalized Jensen-Shannon divergence of Agarwal et al. 2024 (GKD, arXiv
 2306.13649, Eq. 1; TRL's ``GKDTrainer.generalized_jsd_loss``), on that turn's tokens only:
 
@@ -16,6 +17,9 @@ turn run again (:func:`~trainer_client.model.forward.response_hidden_after_prefi
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -28,7 +32,14 @@ from trainer_client.losses.settings import SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
 from trainer_client.trl_compat import CapturedForward
 
-__all__ = ["HintDistillation", "SDPOConfig", "chat_delta", "hint_message_ids"]
+__all__ = ["HintDistillation", "SDPOConfig", "chat_delta", "hint_message_ids", "reference_hint"]
+
+
+def reference_hint(solution: str) -> str:
+    """The teacher's privileged information in OPSD (on-policy self-distillation, arXiv
+    2601.18734): the problem's reference solution, shown as a hint. A run that uses it is
+    gold-supervised (its teacher knows the answer)."""
+    return f"A correct solution: {solution}"
 
 
 def chat_delta(processor: Any, base: list[dict[str, str]], added: list[dict[str, str]], generation_prompt: bool,
@@ -72,6 +83,19 @@ def hint_message_ids(processor: Any, hint: str, **template_kwargs: Any) -> tuple
 #: The batch column holding, per rollout, ``(start, end, hint_key)`` of each error site.
 SITES = "sdpo_sites"
 
+#: Sites' own hint texts kept (most recent): far more than the sites of the generation batches
+#: a step holds at once, so a prepared site's key is always still there.
+_SITE_HINTS_KEPT = 8192
+
+
+def _instructions(environment: Any, t: int) -> str | None:
+    """The instructions turn ``t``'s role was shown (its ``TurnLog.observation``), or ``None``."""
+    trace = getattr(environment, "trace", None)
+    for log in getattr(trace, "turns", None) or []:
+        if log.t == t:
+            return cast("str | None", log.observation)
+    return None
+
 
 @register_auxiliary_loss("hint_distillation")
 class HintDistillation(AuxiliaryLoss):
@@ -80,19 +104,28 @@ class HintDistillation(AuxiliaryLoss):
     Args:
         config: the channel's settings (``sdpo`` in the config).
         hints: the server's hint templates, key -> text (``GET /hints``).
+        reference_solution: ``problem_id -> reference solution`` (or ``None`` for a problem it
+            does not know, whose sites then get the template); needed by ``hint: reference``.
 
     Raises:
-        ValueError: ``alpha > 0`` without hint templates.
+        ValueError: ``alpha > 0`` without hint templates, or ``hint: reference`` without
+            ``reference_solution``.
     """
 
     metric = "loss/sdpo_jsd"
 
-    def __init__(self, config: SDPOConfig, hints: dict[str, str]) -> None:
+    def __init__(self, config: SDPOConfig, hints: dict[str, str],
+                 reference_solution: Callable[[str], str | None] | None = None) -> None:
         super().__init__(config.alpha, config.roles)
         if config.alpha > 0 and not hints:
             raise ValueError("sdpo.alpha > 0 needs the hint templates (the env server's GET /hints)")
+        if config.hint == "reference" and reference_solution is None:
+            raise ValueError("sdpo.hint 'reference' needs the reference solutions (set `problems` in the train config)")
+        self.reference_solution = reference_solution
         self.config = config
-        self.hints = hints
+        self.hints = dict(hints)  # the templates (a copy: the caller's table is left alone)
+        # the sites' own hint texts, most recent last; bounded, as every restated hint is new
+        self._site_hints: OrderedDict[str, str] = OrderedDict()
         self._hint_ids: dict[str, list[int]] = {}
 
     def bind(self, trainer: Any) -> None:
@@ -106,17 +139,56 @@ class HintDistillation(AuxiliaryLoss):
         """Write each rollout's error sites (``(start, end, hint_key)`` of every segment that
         produced an erring turn of one of :attr:`roles` with a known hint) into the batch."""
         out = []
-        for record, segs in zip(batch.records, batch.segments, strict=True):
+        environments = batch.environments or [None] * len(batch.records)
+        for record, segs, environment in zip(batch.records, batch.segments, environments, strict=True):
             sites = []
             for seg in segs or []:
                 if seg.owner is None or not seg.owner.produced or seg.owner.role not in self.roles:
                     continue
                 turn = record.turns[seg.owner.t]
                 if turn.error_kind is not None and turn.hint_template_key in self.hints and seg.end > seg.start:
-                    sites.append((seg.start, seg.end, turn.hint_template_key))
+                    hint = self._hint_text(record, turn)
+                    if self.config.restate:
+                        instructions = _instructions(environment, seg.owner.t)
+                        if instructions is not None:
+                            hint = f"{hint or self.hints[turn.hint_template_key]}\n\n{instructions}"
+                    sites.append((seg.start, seg.end, self.site_key(turn.hint_template_key, hint)))
             out.append(sites)
         batch.output[SITES] = out
         return None
+
+    def _hint_text(self, record: Any, turn: Any) -> str | None:
+        """A site's own hint per ``sdpo.hint`` (``None``: the template)."""
+        if self.config.hint == "localised":
+            return cast("str | None", turn.hint)
+        if self.config.hint == "reference" and turn.role is not Role.VERIFIER and self.reference_solution is not None:
+            solution = self.reference_solution(record.problem_id)
+            return None if solution is None else reference_hint(solution)
+        return None
+
+    def site_key(self, template_key: str, hint: str | None) -> str:
+        """The key of a site's hint in :attr:`hints`: ``template_key``, or for a hint of the
+        site's own (localised, or the reference) ``"<template_key>#<sha256 of hint, 12 hex>"``,
+        added to :attr:`hints` (so a site keeps its role as the key's ``<role>/`` prefix)."""
+        if not hint:
+            return template_key
+        key = f"{template_key}#{hashlib.sha256(hint.encode()).hexdigest()[:12]}"
+        self._site_hints[key] = hint
+        self._site_hints.move_to_end(key)
+        while len(self._site_hints) > _SITE_HINTS_KEPT:
+            evicted, _ = self._site_hints.popitem(last=False)
+            self._hint_ids.pop(evicted, None)
+        return key
+
+    def hint_text(self, key: str) -> str:
+        """The text of a site's hint key (a template, or a site's own hint; an own hint evicted
+        since its batch was prepared, which :data:`_SITE_HINTS_KEPT` makes unlikely, falls back
+        to its template)."""
+        if key in self.hints:
+            return self.hints[key]
+        if key in self._site_hints:
+            return self._site_hints[key]
+        return self.hints[key.partition("#")[0]]
 
     def wants_policy_forward(self, inputs: dict[str, Any]) -> bool:
         return any(inputs.get(SITES, []))
@@ -146,11 +218,11 @@ class HintDistillation(AuxiliaryLoss):
         otherwise the hint is appended as plain text."""
         if key not in self._hint_ids:
             self._hint_ids[key] = self._chat_delta([{"role": "user", "content": "x"}],
-                                                   [{"role": "user", "content": self.hints[key]}], generation_prompt=True)
+                                                   [{"role": "user", "content": self.hint_text(key)}], generation_prompt=True)
         gen = self._gen_prompt_ids
         if gen and context[-len(gen):] == gen:
             return len(context) - len(gen), list(self._hint_ids[key])
-        hint_text = self.trainer.processing_class(f"Hint: {self.hints[key]}\n", add_special_tokens=False)["input_ids"]
+        hint_text = self.trainer.processing_class(f"Hint: {self.hint_text(key)}\n", add_special_tokens=False)["input_ids"]
         return len(context), list(hint_text)
 
     # ------------------------------------------------------------------ the loss

@@ -27,6 +27,17 @@ class SDPOConfig(BaseModel):
             ``token_clip``) or ``"liger"`` (liger-kernel's ``LigerFusedLinearJSDLoss`` on
             hidden states, never materialising ``(N, V)`` logits; ``pip install
             'mathdebate[liger]'``; no ``token_clip``).
+        hint: what the teacher context shows before an erring turn. ``"localised"`` (default):
+            the turn's own hint where the rewards record gives one (``TurnReward.hint``: where
+            the wrong answer goes wrong, RFC 0002 "Localised hints"), else the template of its
+            ``hint_template_key``; ``"template"``: always the template; ``"reference"``: the
+            problem's reference solution for solver and judge sites (OPSD, on-policy
+            self-distillation with privileged information, arXiv 2601.18734; needs ``problems``
+            in the train config; such a run is **gold-supervised**), the template for the others.
+        restate: the hint message ends with the erring turn's own instructions (what its role
+            was shown, problem included), so the task sits as far from the turn as it does
+            without the hint. A small model copies the problem's numbers by their distance from
+            the turn; a hint between them broke it (docs/ablation/tiny-sums-validation).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -38,6 +49,8 @@ class SDPOConfig(BaseModel):
     max_sites_per_batch: int = Field(default=16, ge=1)
     roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER, Role.VERIFIER])
     backend: Literal["gkd", "liger"] = "gkd"
+    hint: Literal["localised", "template", "reference"] = "localised"
+    restate: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> SDPOConfig:
