@@ -236,9 +236,11 @@ def run_ablation(args: argparse.Namespace) -> Path:
                                 if "static" in args.controls else {})
     log.info("starting policy: %s accuracy %.3f on %d problems (%.0f s)", args.split, before.accuracy, before.n,
              time.perf_counter() - t0)
-    # does the starting policy read hints? (what hint distillation distils; validation problems)
+    # does the starting policy read hints? (the hints hint distillation distils; validation problems)
     hint_probe = probe_hints(model, tokenizer, source, heldout_seeds(
-        min(args.heldout, 200), start=VALIDATION_SEED_BASE - HELDOUT_SEED_BASE)).summary()
+        min(args.heldout, 200), start=VALIDATION_SEED_BASE - HELDOUT_SEED_BASE),
+        style=args.overrides.get("sdpo.hint", base.sdpo.hint),
+        restate=bool(args.overrides.get("sdpo.restate", base.sdpo.restate))).summary()
     log.info("hint probe (validation): %s", hint_probe)
 
     results: list[RunResult] = []

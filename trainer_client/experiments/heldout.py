@@ -145,6 +145,18 @@ def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | N
     return observation_prompt_ids(tokenizer, observation, tools)
 
 
+def solver_instructions(problem: Problem, max_rounds: int = 1, mode: str = "debate") -> str:
+    """The solver's first instructions for ``problem`` (``render_instructions`` of the reset
+    observation): the text TRL appends to the prompt, and what a restated hint repeats."""
+    from env_server.debate.episode import DebateEpisode
+    from env_server.protocol.markers import EpisodeMode
+    from env_server.protocol.models import DebateObservation
+    from trainer_client.rollout.tools import render_instructions
+
+    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096, mode=EpisodeMode(mode))
+    return render_instructions(DebateObservation.model_validate(json.loads(episode.last_observation)["observation"]))
+
+
 def own_text(text: str) -> str:
     """A generated turn's text up to its end-of-turn token."""
     return text.split(END_OF_TURN, 1)[0]

@@ -10,11 +10,19 @@ first turn of each problem (validation problems, never the held-out set):
   hint ``solver/wrong_answer`` inserted, minus without it (nats per token); ``share_higher``:
   the share of sites where the hinted log-probability is higher;
 - ``accuracy_unhinted`` / ``accuracy_hinted``: greedy first-answer accuracy of the same turn
-  without and with the hint, over all probed problems.
+  without and with the hint, over all probed problems;
+- ``sites_fixed``: the share of error sites whose hinted greedy answer is right;
+  ``right_broken``: the share of right unhinted answers that turn wrong with the hint (template
+  hints only: the other styles hint only at an error site).
 
 Error sites are the problems whose greedy unhinted answer is wrong (where SDPO would put the
 hint in training). The hint goes in exactly as SDPO's teacher context has it
-(:func:`~trainer_client.losses.hint_distillation.hint_message_ids`).
+(:func:`~trainer_client.losses.hint_distillation.hint_message_ids`). ``style="localised"``
+gives each site the hint the server's rewards record would carry for that wrong answer
+(:func:`env_server.debate.error_sites.localised_hint`; the template where the family has none);
+``style="reference"`` gives it the reference solution (OPSD's privileged information,
+:func:`~trainer_client.losses.hint_distillation.reference_hint`); with either, the other
+problems are not hinted.
 """
 
 from __future__ import annotations
@@ -37,6 +45,10 @@ class HintProbe:
         share_higher: share of sites where the hinted log-prob is higher.
         accuracy_unhinted, accuracy_hinted: greedy first-answer accuracy without and with the hint.
         seconds: wall-clock of the probe.
+        sites_fixed: share of sites whose hinted greedy answer is right.
+        right_broken: share of right unhinted answers wrong with the hint (``None``: not template hints).
+        style: the hints' style (``"template"``, ``"localised"``, ``"reference"``).
+        restate: whether the hint message ended with the solver's instructions.
     """
 
     problems: int
@@ -46,6 +58,10 @@ class HintProbe:
     accuracy_unhinted: float
     accuracy_hinted: float
     seconds: float
+    sites_fixed: float = 0.0
+    right_broken: float | None = None
+    style: str = "template"
+    restate: bool = False
 
     def summary(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict."""
@@ -53,7 +69,8 @@ class HintProbe:
 
 
 def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *, key: str = "solver/wrong_answer",
-                max_new_tokens: int = 128, batch_size: int = 64) -> HintProbe:
+                max_new_tokens: int = 128, batch_size: int = 64, style: str = "template",
+                restate: bool = False) -> HintProbe:
     """Measure how the hint ``key`` changes the policy's first solver turn on ``source.by_seed(s)``.
 
     Args:
@@ -61,47 +78,77 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
         source: the problem source; seeds: the problems (validation seeds).
         key: the hint template (``env_server.protocol.markers.HINT_TEMPLATES``).
         max_new_tokens, batch_size: greedy generation settings.
+        style: ``"template"`` (``key``'s template on every problem), ``"localised"`` or
+            ``"reference"`` (see above).
+        restate: the hint message ends with the solver's instructions (``sdpo.restate``).
 
     Returns:
         A :class:`HintProbe`.
 
     Raises:
-        ValueError: no seeds, or a chat template that is not prefix-preserving.
+        ValueError: no seeds, an unknown ``style``, or a chat template that is not prefix-preserving.
     """
     import torch
 
-    from env_server.protocol.markers import HINT_TEMPLATES, Role
-    from trainer_client.experiments.heldout import generate_turns, grade_answer_text, read_solver_turn, solver_prompt_ids
+    from env_server.debate.error_sites import localised_hint
+    from env_server.protocol.markers import HINT_TEMPLATES, ErrorKind, Role
+    from trainer_client.experiments.heldout import (generate_turns, grade_answer_text, read_solver_turn,
+                                                    solver_instructions, solver_prompt_ids)
     from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
     from trainer_client.losses.functional import sequence_logps
-    from trainer_client.losses.hint_distillation import hint_message_ids
+    from trainer_client.losses.hint_distillation import hint_message_ids, reference_hint
     from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
     from trainer_client.model.forward import pack_responses, response_logits
 
     if not seeds:
         raise ValueError("probe_hints needs at least one problem seed")
+    if style not in ("template", "localised", "reference"):
+        raise ValueError(f"style: 'template', 'localised' or 'reference', not {style!r}")
     start = time.perf_counter()
     template = training_chat_template(tokenizer)
-    generation_prompt, inserted = hint_message_ids(tokenizer, HINT_TEMPLATES[key], chat_template=template)
     tools = tool_callables()
     problems = [source.by_seed(s) for s in seeds]
     plain = [solver_prompt_ids(tokenizer, p, tools) for p in problems]
-    if any(ids[-len(generation_prompt):] != generation_prompt for ids in plain):
-        raise ValueError("the solver prompt does not end with the generation prompt: no place for the hint")
-    hinted = [ids[: len(ids) - len(generation_prompt)] + inserted for ids in plain]
+    insertions: dict[str, tuple[list[int], list[int]]] = {}
+
+    def with_hint(ids: list[int], text: str) -> list[int]:
+        if text not in insertions:
+            insertions[text] = hint_message_ids(tokenizer, text, chat_template=template)
+        generation_prompt, inserted = insertions[text]
+        if ids[-len(generation_prompt):] != generation_prompt:
+            raise ValueError("the solver prompt does not end with the generation prompt: no place for the hint")
+        return ids[: len(ids) - len(generation_prompt)] + inserted
+
     was_training = model.training
     model.train(False)
     try:
-        def accuracy(prompts: list[list[int]]) -> list[bool]:
+        def answers(prompts: list[list[int]], asked: list[Any]) -> list[tuple[bool, str | None]]:
             texts = []
             for i in range(0, len(prompts), batch_size):
                 texts += [t[0] for t in generate_turns(model, tokenizer, prompts[i:i + batch_size], sample=False,
                                                        num=1, temperature=1.0, max_new_tokens=max_new_tokens)]
             turns = [read_solver_turn(t) for t in texts]
-            return [t.valid and grade_answer_text(p.answer, t.answer) for t, p in zip(turns, problems, strict=True)]
+            return [(t.valid and grade_answer_text(p.answer, t.answer), t.answer if t.valid else None)
+                    for t, p in zip(turns, asked, strict=True)]
 
-        right_plain, right_hinted = accuracy(plain), accuracy(hinted)
+        unhinted = answers(plain, problems)
+        right_plain = [ok for ok, _ in unhinted]
         sites = [i for i, ok in enumerate(right_plain) if not ok]
+        texts: list[str | None] = [HINT_TEMPLATES[key]] * len(problems)
+        if style != "template":
+            texts = [None] * len(problems)
+            for i in sites:
+                texts[i] = (reference_hint(problems[i].solution) if style == "reference" else
+                            localised_hint(problems[i], Role.SOLVER, ErrorKind.WRONG_ANSWER, unhinted[i][1])
+                            or HINT_TEMPLATES[key])
+        if restate:
+            texts = [None if text is None else f"{text}\n\n{solver_instructions(problems[i])}"
+                     for i, text in enumerate(texts)]
+        hinted = [plain[i] if text is None else with_hint(plain[i], text) for i, text in enumerate(texts)]
+        shown = [i for i, text in enumerate(texts) if text is not None]
+        right_hinted = list(right_plain)
+        for i, (ok, _) in zip(shown, answers([hinted[i] for i in shown], [problems[i] for i in shown]), strict=True):
+            right_hinted[i] = ok
         gains = []
         device = next(model.parameters()).device
         for i in range(0, len(sites), batch_size):
@@ -122,8 +169,13 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
             gains += ((logps[1] - logps[0]) / lengths).tolist()
     finally:
         model.train(was_training)
+    right = [i for i, ok in enumerate(right_plain) if ok]
     n = len(problems)
     return HintProbe(problems=n, sites=len(sites), logp_gain=sum(gains) / len(gains) if gains else 0.0,
                      share_higher=sum(g > 0 for g in gains) / len(gains) if gains else 0.0,
                      accuracy_unhinted=sum(right_plain) / n, accuracy_hinted=sum(right_hinted) / n,
-                     seconds=time.perf_counter() - start)
+                     seconds=time.perf_counter() - start,
+                     sites_fixed=sum(right_hinted[i] for i in sites) / len(sites) if sites else 0.0,
+                     right_broken=None if style != "template" else (sum(not right_hinted[i] for i in right) / len(right)
+                                                          if right else 0.0),
+                     style=style, restate=restate)

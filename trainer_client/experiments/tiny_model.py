@@ -101,8 +101,12 @@ def sums_spec(seed: int = 0) -> TinyModelSpec:
     reads a hint): the unhinted solver is right with probability ``answer_accuracy`` (its worked
     solution; a wrong answer is a carry or last-digit slip, ``"near"``), the unhinted verifier's
     verdict is a coin flip, and ``hint_fraction`` of all turns are hint-following examples: the
-    server's hint for the error the turn would otherwise make, then the right turn
-    (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`).
+    server's hint template for the error the turn would otherwise make, then the right turn
+    (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`). Shown that hint, this
+    model answers worse, not better (its copying of the problem's digits keys on their distance
+    from the turn, which a hint changes); the warm-up variants with localised and restated hints
+    (``hint_style``, ``restate_hints``) and what they do are in
+    docs/ablation/tiny-sums-validation/README.md.
 
     Stop rule (fixed before any RL run, from the warm-up curve on validation problems only):
     ``sft_steps`` optimizer steps of a linear decay planned over ``sft_schedule_steps``."""
@@ -297,7 +301,9 @@ def _warm_up_conversations(spec: TinyModelSpec) -> tuple[list[list[dict[str, Any
                                  wrong_answers=spec.get("wrong_answers"), seed_base=seed_base,
                                  worked=spec.get("worked", False), restate=spec.get("restate", False), mode=mode,
                                  hint_fraction=spec.get("hint_fraction", 0.0),
-                                 verdict_accuracy=spec.get("verdict_accuracy", 0.5))
+                                 verdict_accuracy=spec.get("verdict_accuracy", 0.5),
+                                 hint_style=spec.get("hint_style", "template"),
+                                 restate_hints=spec.get("restate_hints", False))
 
     debates = play(spec["debates"], spec["seed"], first_seed, "debate")
     n_single = spec.get("single_episodes", 0)

@@ -41,7 +41,7 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                       answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | str | None = None,
                       seed_base: int | None = None, worked: bool = False,
                       restate: bool = False, mode: str = "debate", hint_fraction: float = 0.0,
-                      verdict_accuracy: float = 0.5) -> list[list[dict[str, Any]]]:
+                      verdict_accuracy: float = 0.5, hint_style: str = "template", restate_hints: bool = False) -> list[list[dict[str, Any]]]:
     """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
     results, then a closing assistant message), played locally with scripted actions.
 
@@ -70,16 +70,30 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
             before it, and the turn right (solver and judge: the right answer, worked when
             ``worked``; verifier: the right verdict). Keys from :func:`hint_for_turn`.
         verdict_accuracy: probability that an unhinted verifier's verdict is the right one.
+        hint_style: the hint of a hinted solver or judge turn: ``"template"`` (the hint
+            template), ``"localised"`` (the server's localised hint,
+            :func:`env_server.debate.error_sites.localised_hint`, for a carry or last-digit slip
+            of the right answer where the family has one, else the template: what the rewards
+            record's ``TurnReward.hint`` carries for such an error) or ``"reference"`` (the
+            reference solution, :func:`~trainer_client.losses.hint_distillation.reference_hint`:
+            OPSD's privileged information; a model warmed up on it is gold-supervised).
+        restate_hints: the hint message ends with the turn's own instructions (as
+            ``sdpo.restate`` lays out the SDPO teacher context), so the problem sits as far
+            from the turn as without the hint.
 
     Raises:
-        ValueError: an unknown ``mode``, or ``hint_fraction`` outside [0, 1].
+        ValueError: an unknown ``mode`` or ``hint_style``, or ``hint_fraction`` outside [0, 1].
     """
     from env_server.debate.episode import DebateEpisode
+    from env_server.debate.error_sites import localised_hint
     from env_server.debate.problems import ProblemGenerator
     from env_server.protocol.markers import HINT_TEMPLATES, EpisodeMode, Role
     from env_server.protocol.models import DebateAction, DebateObservation
+    from trainer_client.losses.hint_distillation import reference_hint
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT, render_instructions
 
+    if hint_style not in ("template", "localised", "reference"):
+        raise ValueError(f"hint_style: 'template', 'localised' or 'reference', not {hint_style!r}")
     if not 0.0 <= hint_fraction <= 1.0:
         raise ValueError(f"hint_fraction must be in [0, 1], got {hint_fraction}")
     rng = random.Random(seed)
@@ -110,7 +124,15 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
             hinted = hint_fraction > 0 and hint_rng.random() < hint_fraction
             if hinted:
                 key = hint_for_turn(role.value, last_answer == problem.answer)
-                messages.append({"role": "user", "content": HINT_TEMPLATES[key], HINT_MESSAGE: key})
+                text = HINT_TEMPLATES[key]
+                if hint_style == "localised" and role is not Role.VERIFIER:
+                    slip = _wrong_answer(hint_rng, problem.answer, "near")
+                    text = localised_hint(problem, role, "wrong_answer", slip) or text
+                elif hint_style == "reference" and role is not Role.VERIFIER:
+                    text = reference_hint(problem.solution)
+                if restate_hints:
+                    text = f"{text}\n\n{render_instructions(observation(episode))}"
+                messages.append({"role": "user", "content": text, HINT_MESSAGE: key})
             if role is Role.SOLVER:
                 right = hinted or rng.random() < answer_accuracy
                 last_answer = problem.answer if right else _wrong_answer(rng, problem.answer, wrong_answers)

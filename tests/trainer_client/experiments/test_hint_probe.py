@@ -3,6 +3,8 @@ context does, and the hinted policy puts more probability on the correct turn at
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from env_server.debate.problems import ProblemGenerator
@@ -37,6 +39,41 @@ def test_hint_following_examples_put_the_hint_before_a_corrected_turn() -> None:
         5, 3, family="two_digit_sum", seed_base=10**8, hint_fraction=0.0)
     with pytest.raises(ValueError, match="hint_fraction"):
         synthetic_debates(1, 0, hint_fraction=1.5)
+
+
+def test_localised_and_reference_hint_styles_put_their_hints_before_the_corrected_turn() -> None:
+    """``hint_style``: the solver's and judge's hints are the server's localised hint for a near
+    miss (RFC 0002 "Localised hints": a column, never the answer) or the reference solution
+    (OPSD); the verifier's stay the templates."""
+    from trainer_client.losses.hint_distillation import reference_hint
+
+    for style in ("localised", "reference"):
+        debates = synthetic_debates(30, 0, family="two_digit_sum", answer_accuracy=0.0, wrong_answers="near",
+                                    seed_base=10**8, worked=True, hint_fraction=0.5, hint_style=style)
+        shown = 0
+        for messages in debates:
+            total = eval_sum(messages[1]["content"])
+            for i, message in enumerate(messages):
+                if not message.get(HINT_MESSAGE) or message[HINT_MESSAGE].startswith("verifier/"):
+                    continue
+                shown += 1
+                if style == "localised":  # the hint quotes the near miss it localises, never the right sum
+                    quoted = re.fullmatch(r"Your final answer (\d+) is not correct: its (ones|tens|ones and tens) "
+                                          r"digits? (is|are) wrong\.", message["content"])
+                    assert quoted is not None and int(quoted.group(1)) != total
+                else:
+                    solution = messages[i + 1]["tool_calls"][0]["function"]["arguments"].get("solution")
+                    if solution is not None:  # the solver's corrected turn is the reference solution it was shown
+                        assert message["content"] == reference_hint(solution)
+        assert shown > 5
+    # restated: the hint message ends with the turn's own instructions (as sdpo.restate lays it out)
+    restated = synthetic_debates(30, 0, family="two_digit_sum", answer_accuracy=0.0, wrong_answers="near",
+                                 seed_base=10**8, worked=True, hint_fraction=0.5, hint_style="localised",
+                                 restate_hints=True)
+    firsts = [m for m in restated if m[2].get(HINT_MESSAGE) == "solver/wrong_answer"]
+    assert firsts and all(m[2]["content"].endswith("\n\n" + m[1]["content"]) for m in firsts)
+    with pytest.raises(ValueError, match="hint_style"):
+        synthetic_debates(1, 0, hint_style="oracle")
 
 
 def eval_sum(problem_text: str) -> int:
@@ -93,3 +130,7 @@ def test_the_probe_compares_hinted_and_unhinted_turns_at_the_error_sites(tiny_le
             per_token.append(sequence_logps(response_logits(model, batch), batch.labels, batch.mask).item() / len(correct))
     single = probe_hints(model, tokenizer, source, [int(problem.problem_id.rsplit("/", 1)[1])], max_new_tokens=96)
     assert single.sites == 1 and single.logp_gain == pytest.approx(per_token[1] - per_token[0], abs=1e-4)
+    # the trainer's default hints (localised where the family can, restated): only the sites are hinted
+    default = probe_hints(model, tokenizer, source, seeds, max_new_tokens=96, style="localised", restate=True)
+    assert default.sites == probe.sites and default.right_broken is None
+    assert default.accuracy_hinted == pytest.approx(probe.accuracy_unhinted + default.sites_fixed * probe.sites / 40)
