@@ -157,6 +157,9 @@ def test_full_preset_on_the_tiny_model_needs_no_config_file() -> None:
     assert [t.name for t in explicit.replay.teachers] == ["a", "b", "c"]  # configured teachers are kept
     assert explicit.gold_supervised and not config.gold_supervised
     assert not load_config(None, "baseline", {"model": "tiny"}).gold_supervised
+    # hint distillation shown the reference solution (OPSD) is gold-supervised too, only when on
+    assert load_config(None, "sdpo", {"model": "tiny", "sdpo.hint": "reference"}).gold_supervised
+    assert not load_config(None, "baseline", {"model": "tiny", "sdpo.hint": "reference"}).gold_supervised
 
 
 def test_compose_trainer_service_runs_locally_on_cpu_against_the_env_service(tiny_model_dir, tmp_path) -> None:
