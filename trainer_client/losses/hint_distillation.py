@@ -1,11 +1,13 @@
 """Hint distillation (SDPO): the policy at an error site, pulled toward itself shown the hint.
 
 For a turn with an error-site marker (RFC 0002), the teacher context is the policy's own
-context with the server's hint for the turn's ``hint_template_key`` (or, per ``sdpo.hint``, the
-turn's own localised hint, ``TurnReward.hint``, or the reference solution: OPSD, arXiv
-2601.18734) inserted as a user message right before the erring turn; teacher logits come from the same model without gradient. The
-term is the generalized Jensen-Shannon divergence of Agarwal et al. 2024 (GKD, arXiv
-2306.13649, Eq. 1; TRL's ``GKDTrainer.generalized_jsd_loss``), on that turn's tokens only:
+context with a hint inserted as a user message right before the erring turn: per ``sdpo.hint``
+the server's template for the turn's ``hint_template_key``, the turn's own localised hint
+(``TurnReward.hint``), or the reference solution (OPSD, arXiv 2601.18734); with ``sdpo.restate``
+the hint message ends with the turn's own instructions. Teacher logits come from the same model
+without gradient. The term is the generalized Jensen-Shannon divergence of Agarwal et al. 2024
+(GKD, arXiv 2306.13649, Eq. 1; TRL's ``GKDTrainer.generalized_jsd_loss``), on that turn's tokens
+only:
 
     JSD_β(p_T ‖ p_S) = β · KL(p_T ‖ m) + (1 − β) · KL(p_S ‖ m),   m = β · p_T + (1 − β) · p_S
 
@@ -167,9 +169,10 @@ class HintDistillation(AuxiliaryLoss):
         return None
 
     def site_key(self, template_key: str, hint: str | None) -> str:
-        """The key of a site's hint in :attr:`hints`: ``template_key``, or for a hint of the
-        site's own (localised, or the reference) ``"<template_key>#<sha256 of hint, 12 hex>"``,
-        added to :attr:`hints` (so a site keeps its role as the key's ``<role>/`` prefix)."""
+        """The key of a site's hint: ``template_key``, or for a hint of the site's own
+        (localised, reference or restated) ``"<template_key>#<sha256 of hint, 12 hex>"``, kept
+        among the last :data:`_SITE_HINTS_KEPT` such hints (the key keeps the erring role as its
+        ``<role>/`` prefix, which per-role routing reads); :meth:`hint_text` reads it back."""
         if not hint:
             return template_key
         key = f"{template_key}#{hashlib.sha256(hint.encode()).hexdigest()[:12]}"
