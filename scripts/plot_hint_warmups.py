@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen first)
+import matplotlib.pyplot as plt
 
 HERE = Path(__file__).resolve().parents[1] / "docs" / "ablation" / "tiny-sums-validation"
 

@@ -41,7 +41,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                       answer_accuracy: float = 0.5, wrong_answers: tuple[int, int] | list[int] | str | None = None,
                       seed_base: int | None = None, worked: bool = False,
                       restate: bool = False, mode: str = "debate", hint_fraction: float = 0.0,
-                      verdict_accuracy: float = 0.5, hint_style: str = "template", restate_hints: bool = False) -> list[list[dict[str, Any]]]:
+                      verdict_accuracy: float = 0.5, hint_style: str = "template",
+                      restate_hints: bool = False) -> list[list[dict[str, Any]]]:
     """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
     results, then a closing assistant message), played locally with scripted actions.
 
