@@ -365,10 +365,10 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
     if probe:
         lines += ["## Hint reading of the starting policy (validation problems)", "",
                   f"At {probe['sites']} error sites of {probe['problems']} problems, the hint changes the log-probability "
-                  f"of the correct turn by {probe['logp_gain']:+.3f} nats per token (higher at {_pct(probe['share_higher'])} "
+                  f"of the correct turn by {probe['logp_gain']:+.3f} nats per token (higher at {_pct(probe['share_higher'])}% "
                   f"of the sites); greedy accuracy {_pct(probe['accuracy_unhinted'])} without the hint, "
                   f"{_pct(probe['accuracy_hinted'])} with it"
-                  + (f"; the hint fixes {_pct(probe['sites_fixed'])} of the sites" if "sites_fixed" in probe else "")
+                  + (f"; the hint fixes {_pct(probe['sites_fixed'])}% of the sites" if "sites_fixed" in probe else "")
                   + (f" (hints: {probe['style']}{', restated' if probe.get('restate') else ''})" if "style" in probe else "")
                   + ".", ""]
     lines += ["## Per-role rewards during training (mean over steps and seeds)", "",
