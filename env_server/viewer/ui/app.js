@@ -374,7 +374,8 @@
       marker.appendChild(el("span", "kind", "⚑ " + reward.error_kind));
       if (reward.hint_template_key) {
         marker.appendChild(el("code", "hint-key", reward.hint_template_key));
-        const hint = state.hints[reward.hint_template_key];
+        // the turn's own localised hint (RFC 0002) where the server gives one, else the template
+        const hint = reward.hint || state.hints[reward.hint_template_key];
         if (hint) marker.appendChild(el("p", "hint", hint));
       }
       item.appendChild(marker);
