@@ -103,8 +103,8 @@ def sums_spec(seed: int = 0) -> TinyModelSpec:
     verdict is a coin flip, and ``hint_fraction`` of all turns are hint-following examples: the
     server's hint template for the error the turn would otherwise make, then the right turn
     (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`). Shown that hint, this
-    model answers worse, not better (its copying of the problem's digits keys on their distance
-    from the turn, which a hint changes); the warm-up variants with localised and restated hints
+    model answers worse, not better (it behaves as if it copied the problem's digits by their
+    distance from the turn, which a hint changes); the warm-up variants with localised and restated hints
     (``hint_style``, ``restate_hints``) and what they do are in
     docs/ablation/tiny-sums-validation/README.md.
 

@@ -36,8 +36,9 @@ class SDPOConfig(BaseModel):
             in the train config; such a run is **gold-supervised**), the template for the others.
         restate: the hint message ends with the erring turn's own instructions (what its role
             was shown, problem included), so the task sits as far from the turn as it does
-            without the hint. A small model copies the problem's numbers by their distance from
-            the turn; a hint between them broke it (docs/ablation/tiny-sums-validation).
+            without the hint. A hint between the problem and the turn broke a 2-layer model,
+            which behaved as if it copied the problem's digits by their distance from the turn
+            (docs/ablation/tiny-sums-validation).
     """
 
     model_config = ConfigDict(extra="forbid")
