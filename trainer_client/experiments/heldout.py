@@ -136,25 +136,25 @@ def solver_prompt_ids(tokenizer: Any, problem: Problem, tools: Sequence[Any] | N
                       max_rounds: int = 1, mode: str = "debate") -> list[int]:
     """Token ids of the solver's first prompt, as TRL's tool loop renders it for a rollout of
     an episode in ``mode`` (``debate`` or ``single``: the solver's instructions differ, RFC 0006)."""
-    from env_server.debate.episode import DebateEpisode
-    from env_server.protocol.markers import EpisodeMode
-    from env_server.protocol.models import DebateObservation
-
-    episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096, mode=EpisodeMode(mode))
-    observation = DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
-    return observation_prompt_ids(tokenizer, observation, tools)
+    return observation_prompt_ids(tokenizer, _reset_observation(problem, max_rounds, mode), tools)
 
 
 def solver_instructions(problem: Problem, max_rounds: int = 1, mode: str = "debate") -> str:
     """The solver's first instructions for ``problem`` (``render_instructions`` of the reset
     observation): the text TRL appends to the prompt, and what a restated hint repeats."""
+    from trainer_client.rollout.tools import render_instructions
+
+    return render_instructions(_reset_observation(problem, max_rounds, mode))
+
+
+def _reset_observation(problem: Problem, max_rounds: int, mode: str) -> Any:
+    """The reset observation (a ``DebateObservation``) of a local episode on ``problem``."""
     from env_server.debate.episode import DebateEpisode
     from env_server.protocol.markers import EpisodeMode
     from env_server.protocol.models import DebateObservation
-    from trainer_client.rollout.tools import render_instructions
 
     episode = DebateEpisode("heldout", problem, max_rounds=max_rounds, max_action_chars=4096, mode=EpisodeMode(mode))
-    return render_instructions(DebateObservation.model_validate(json.loads(episode.last_observation)["observation"]))
+    return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
 
 
 def own_text(text: str) -> str:
