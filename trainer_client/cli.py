@@ -5,7 +5,7 @@
   --output-dir DIR [--model ID_OR_PATH] [--resume [DIR]] [-o key=value ...]``
 - ``mathdebate tiny-model DIR``: write the offline tiny model and tokenizer.
 - ``mathdebate demo``: the README's main job: start an env server, play scripted debates, train
-  a few steps on CPU with the tiny model on built-in problems, write metrics and the plot, stop.
+  a few steps (CPU, or CUDA where there is one) with the tiny model on built-in problems, write metrics and the plot, stop.
 
 Nothing heavy is imported until a training command runs, so ``mathdebate serve`` starts fast
 and works without the ``train`` extra.
@@ -145,8 +145,9 @@ def demo_config(output_dir: str, env_url: str, max_steps: int):
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve ``--problems`` and play scripted debates on them; then, unless ``--train-steps 0``,
-    train the tiny model on CPU against a second server on its own family, print held-out
-    accuracy before and after; stop the servers."""
+    train the tiny model (on CUDA where there is one, else CPU: :func:`run_training`'s choice)
+    against a second server on its own family, print held-out accuracy before and after; stop
+    the servers."""
     serve_args = ["--grading-workers", "1"]
     if args.problems:
         serve_args += ["--problems", args.problems]
@@ -158,7 +159,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.train_steps <= 0:
         return 0
     with server_cli.running_server(["--grading-workers", "1", "--problems", DEMO_TRAIN_PROBLEMS]) as url:
-        print(f"training {args.train_steps} steps on CPU (tiny-learning model, preset full, problems "
+        print(f"training {args.train_steps} steps on {_training_device()} (tiny-learning model, preset full, problems "
               f"{DEMO_TRAIN_PROBLEMS}) into {args.output_dir}", flush=True)
         from trainer_client.experiments.train import run_training
 
@@ -167,6 +168,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _print_training_summary(output_dir)
     _print_heldout(config, output_dir, args.heldout)
     return 0
+
+
+def _training_device() -> str:
+    """Where :func:`trainer_client.experiments.train.run_training` trains: ``"CUDA (<GPU name>, bf16)"``
+    where torch sees a GPU (it then sets ``bf16`` where the GPU supports it), else ``"CPU"``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "CPU"
+    return f"CUDA ({torch.cuda.get_device_name()}{', bf16' if torch.cuda.is_bf16_supported() else ''})"
 
 
 def _print_heldout(config, output_dir: Path, n: int) -> None:
@@ -230,9 +241,10 @@ def add_commands(sub: Any) -> None:
     tiny = sub.add_parser("tiny-model", help="write the offline tiny model and tokenizer")
     tiny.add_argument("dir")
     tiny.set_defaults(func=cmd_tiny_model)
-    demo = sub.add_parser("demo", help="serve, play scripted debates, train a few CPU steps, stop (the main job)")
+    demo = sub.add_parser("demo", help="serve, play scripted debates, train a few steps, stop (the main job)")
     server_cli.add_play_args(demo)
-    demo.add_argument("--train-steps", type=int, default=80, help="GRPO steps on CPU (0: serve and play only)")
+    demo.add_argument("--train-steps", type=int, default=80,
+                      help="GRPO steps (on CUDA where there is one, else CPU; 0: serve and play only)")
     demo.add_argument("--output-dir", default="outputs/demo")
     demo.add_argument("--heldout", type=int, default=200,
                       help="held-out problems evaluated before and after training (0: skip)")
