@@ -156,6 +156,35 @@ def server(kind: str, problems: str | None, workers: int, max_sessions: int, ext
         print(f"  ({kind} server log: {log.name})", file=sys.stderr)
 
 
+def _children(pid: int) -> list[int]:
+    """The child pids of every thread of ``pid`` (Linux ``/proc/<pid>/task/<tid>/children``)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found += [int(x) for x in task.read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by ``pid`` and its living descendants (the
+    grading workers), Linux ``/proc``; a process that exits in between counts as 0. Why: with the
+    load generator on the same cores, steps/s is bounded by client and server together; CPU per
+    step measures the server alone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15 of stat)
+        todo += _children(current)
+    return total
+
+
 def rss_kb(pid: int) -> int:
     """Resident set size of one process, KiB (Linux ``/proc``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -219,6 +248,12 @@ class Tally:
     errors: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
+    #: the servers' process trees (their pids), whose CPU time the window measures
+    server_pids: list[int] = field(default_factory=list)
+    #: CPU seconds the servers' process trees (grading workers included) and this load generator
+    #: used inside the window
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
 
     def step_done(self, seconds: float) -> None:
         if self.measuring:
@@ -344,15 +379,16 @@ async def mux_session(conn: MuxConnection, workload: Workload, tally: Tally, ope
 
 
 async def run_ours(url: str | list[str], sessions: int, connections: int, workload: Workload, seconds: float,
-                   batch: bool = True) -> Tally:
+                   batch: bool = True, pids: Sequence[int] = ()) -> Tally:
     """Play ``sessions`` sessions over ``connections`` connections; with several URLs
-    (replicas) the connections go round-robin over them, at least one per replica."""
+    (replicas) the connections go round-robin over them, at least one per replica. ``pids``:
+    the servers' processes, whose CPU time in the window the tally records."""
     urls = [url] if isinstance(url, str) else url
     ws_urls = [u.replace("http", "ws") + "/ws/mux" + ("?batch=1" if batch else "") for u in urls]
     count = max(min(connections, sessions), len(urls))
     conns = [MuxConnection(await connect(ws_urls[i % len(ws_urls)], max_size=None, compression=None, open_timeout=60,
                                          ping_interval=None), batch) for i in range(count)]
-    tally, opened, go, stop = Tally(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+    tally, opened, go, stop = Tally(server_pids=list(pids)), asyncio.Event(), asyncio.Event(), asyncio.Event()
     ready = [0, sessions]
     gate = asyncio.Semaphore(OPEN_CONCURRENCY)
 
@@ -414,8 +450,9 @@ async def openenv_session(url: str, workload: Workload, tally: Tally, opened: as
         await ws.close()
 
 
-async def run_openenv(url: str, sessions: int, workload: Workload, seconds: float) -> Tally:
-    tally, opened, go, stop = Tally(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+async def run_openenv(url: str, sessions: int, workload: Workload, seconds: float, pids: Sequence[int] = ()) -> Tally:
+    """Play ``sessions`` OpenEnv sessions, one WebSocket each; ``pids`` as for :func:`run_ours`."""
+    tally, opened, go, stop = Tally(server_pids=list(pids)), asyncio.Event(), asyncio.Event(), asyncio.Event()
     ready = [0, sessions]
     gate = asyncio.Semaphore(OPEN_CONCURRENCY)
     tasks = [asyncio.create_task(openenv_session(url, workload, tally, opened, go, stop, ready, gate))
@@ -441,11 +478,15 @@ async def measure(tally: Tally, opened: asyncio.Event, go: asyncio.Event, stop: 
         await asyncio.wait_for(opened.wait(), timeout=600) if not failed else None
     go.set()
     await asyncio.sleep(min(2.0, seconds / 4))  # warm-up, not counted
+    server_cpu = sum(tree_cpu_s(pid) for pid in tally.server_pids)
+    client_cpu = sum(os.times()[:2])
     tally.measuring = True
     tally.window_start = time.perf_counter()  # type: ignore[attr-defined]  # ad-hoc timing field
     await asyncio.sleep(seconds)
     tally.measuring = False
     tally.window = time.perf_counter() - tally.window_start  # type: ignore[attr-defined]  # ad-hoc timing field
+    tally.server_cpu_s = sum(tree_cpu_s(pid) for pid in tally.server_pids) - server_cpu
+    tally.client_cpu_s = sum(os.times()[:2]) - client_cpu
     stop.set()
     _, pending = await asyncio.wait(tasks, timeout=60)
     for task in pending:
@@ -472,13 +513,21 @@ class Row:
     p50_ms: float
     p99_ms: float
     errors: int
+    #: the server's CPU time (all its processes) per step in the window, microseconds
+    server_cpu_us_per_step: float | None = None
+    #: the load generator's CPU time per step in the window, microseconds
+    client_cpu_us_per_step: float | None = None
 
 
 def row_of(server_name: str, workload: str, sessions: int, tally: Tally) -> Row:
     window = getattr(tally, "window", 1.0)
+
+    def per_step(cpu_s: float) -> float | None:
+        return round(cpu_s / tally.steps * 1e6, 1) if tally.steps else None
+
     return Row(server_name, workload, sessions, round(tally.steps / window, 1), round(tally.episodes / window, 1),
                round(percentile(tally.latencies_ms, 0.5), 2), round(percentile(tally.latencies_ms, 0.99), 2),
-               tally.errors)
+               tally.errors, per_step(tally.server_cpu_s) if tally.server_pids else None, per_step(tally.client_cpu_s))
 
 
 async def idle_memory(url: str, pid: int, kind: str, count: int, connections: int) -> float:
@@ -553,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     versions = {kind: openenv_version(kind) for kind in args.servers if kind in OPENENV}
     # closed sessions linger for the resume window (ours): room for every session of a run
     max_sessions = sum(args.sessions) * args.repeats + args.idle_sessions + 100
+    cpu_per_step: dict[tuple[str, str, int], float] = {}  # (server, workload, sessions) -> median us
     for workload_name in args.workloads:
         workload = make_workload(workload_name)
         workload.think_s = args.think_ms / 1000
@@ -575,11 +625,12 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.repeats):
                     for server_name in names:
                         urls = [u for u, _ in started[server_name]]
+                        pids = [pid for _, pid in started[server_name]]
                         if server_name not in OPENENV:
                             tally = asyncio.run(run_ours(urls, sessions, args.connections, workload, args.seconds,
-                                                         batch=not args.no_batch))
+                                                         batch=not args.no_batch, pids=pids))
                         else:
-                            tally = asyncio.run(run_openenv(urls[0], sessions, workload, args.seconds))
+                            tally = asyncio.run(run_openenv(urls[0], sessions, workload, args.seconds, pids=pids))
                         runs[server_name].append(row_of(server_name, workload_name, sessions, tally))
                         if tally.error_samples:
                             print(f"  errors ({server_name}, {workload_name}, {sessions}): {tally.error_samples}",
@@ -587,6 +638,15 @@ def main(argv: list[str] | None = None) -> int:
                 for server_name in names:
                     row = sorted(runs[server_name], key=lambda r: r.steps_per_s)[len(runs[server_name]) // 2]
                     rows.append(row)
+                    costs = sorted(r.server_cpu_us_per_step for r in runs[server_name]
+                                   if r.server_cpu_us_per_step is not None)
+                    if costs:
+                        cpu_per_step[(server_name, workload_name, sessions)] = costs[len(costs) // 2]
+                        print(f"{server_name:10} {workload_name:7} {sessions:6d} sessions: server CPU per step "
+                              f"{costs[len(costs) // 2]:.1f} us (median; runs "
+                              f"{' '.join(f'{r.server_cpu_us_per_step:.1f}' for r in runs[server_name])}), load "
+                              f"generator {' '.join(f'{r.client_cpu_us_per_step:.1f}' for r in runs[server_name])} us",
+                              flush=True)
                     replicas = len(started[server_name])
                     served = row.steps_per_s * args.seconds
                     success = served / (served + row.errors) if served + row.errors else 0.0
@@ -632,6 +692,16 @@ def main(argv: list[str] | None = None) -> int:
             if old:
                 summary.update(openenv030=old.steps_per_s, ratio_vs_openenv030=over(ours, old),
                                openenv010_vs_030=over(base, old), openenv030_version=versions.get("openenv030"))
+            ours_cpu = cpu_per_step.get(("ours", workload_name, sessions))
+            base_cpu = cpu_per_step.get((baseline_kind, workload_name, sessions))
+            if ours_cpu and base_cpu:
+                summary.update(server_cpu_us_per_step={"ours": ours_cpu, "baseline": base_cpu},
+                               server_cpu_ratio=round(base_cpu / ours_cpu, 2))
+        ours_cpu = cpu_per_step.get(("ours", workload_name, sessions))
+        base_cpu = cpu_per_step.get((baseline_kind, workload_name, sessions))
+        if ours_cpu and base_cpu:
+            print(f"server CPU per step ({workload_name}, {sessions} sessions; medians): ours {ours_cpu:.1f} us, "
+                  f"{base_name} {base_cpu:.1f} us: {base_name} / ours = {base_cpu / ours_cpu:.2f}")
     if memory:
         print(f"memory per idle session ({args.idle_sessions} sessions): "
               + ", ".join(f"{k} {v:.1f} KiB" for k, v in memory.items()))
