@@ -397,6 +397,40 @@ def test_replay_steps_raise_the_chosen_side_not_only_the_margin(model_and_tokeni
     assert replay.pair_store.sample(2, random.Random(0), heldout_share=0.999) == []  # never trained on
 
 
+def test_srpo_routing_takes_the_distilled_sites_out_of_the_grpo_mask(model_and_tokenizer, tmp_path) -> None:
+    """``sdpo.route`` (SRPO's sample routing, arXiv 2604.02288): the tokens of every error site
+    the term distils leave the GRPO loss mask (0), all others stay (1); without it, no mask (the
+    trainer multiplies a channel's mask into the GRPO loss mask in ``on_scored_batch``)."""
+    from trainer_client.rollout.spans import Segment, SegmentOwner
+
+    model, tokenizer = model_and_tokenizer
+    turns = [TurnReward(t=0, role=Role.SOLVER, reward=0.0, error_kind="wrong_answer",
+                        hint_template_key="solver/wrong_answer", answer="37", correct=False),
+             TurnReward(t=1, role=Role.VERIFIER, reward=1.0, error_kind=None, hint_template_key=None, answer=None,
+                        correct=True),
+             TurnReward(t=2, role=Role.SOLVER, reward=0.0, error_kind="wrong_answer",
+                        hint_template_key="solver/wrong_answer", answer="38", correct=False)]
+    facts = CounterfactualFacts(first_answer_correct=False, last_solver_answer_correct=False,
+                                final_answer_correct=False, judge_correct=None, verifier_accepted=False, rounds=2,
+                                local_rewards={}, rewards_without_role={}, circular_critique=False)
+    wrong = EpisodeRewards(episode_id="e", problem_id="p", turns=turns, episode_reward=0.0, facts=facts, graded_at=0.0)
+    right = wrong.model_copy(update={"turns": [turns[1].model_copy(update={"t": 0})], "episode_reward": 1.0})
+    segments = [[Segment(1, 4, SegmentOwner(0, Role.SOLVER, True)), Segment(4, 6, SegmentOwner(1, Role.VERIFIER, True)),
+                 Segment(7, 9, SegmentOwner(2, Role.SOLVER, True))],
+                [Segment(0, 3, SegmentOwner(0, Role.VERIFIER, True))]]
+    for route in (False, True):
+        trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / str(route),
+                               sdpo=SDPOConfig(alpha=0.1, route=route, restate=False), hints=HINTS)
+        output: dict = {"completion_mask": torch.ones(2, 10, dtype=torch.long)}
+        mask = trainer.hint_distillation.prepare(ScoredBatch(output, [wrong, right], [None, None], segments, [], "train", 0))
+        if not route:
+            assert mask is None
+            continue
+        assert mask.dtype == torch.long
+        assert mask.tolist() == [[1, 0, 0, 0, 1, 1, 1, 0, 0, 1],  # the two erring solver turns, 1:4 and 7:9
+                                 [1] * 10]  # the correct rollout: all GRPO
+
+
 def test_a_localised_hint_replaces_the_template_in_the_teacher_context(model_and_tokenizer, tmp_path) -> None:
     """The rewards record's own hint for a turn (RFC 0002 "Localised hints") is what the teacher
     sees, under a key that keeps the erring role; ``hint: template`` keeps the template;

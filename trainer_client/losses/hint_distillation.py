@@ -139,7 +139,14 @@ class HintDistillation(AuxiliaryLoss):
 
     def prepare(self, batch: ScoredBatch) -> torch.Tensor | None:
         """Write each rollout's error sites (``(start, end, hint_key)`` of every segment that
-        produced an erring turn of one of :attr:`roles` with a known hint) into the batch."""
+        produced an erring turn of one of :attr:`roles` with a known hint) into the batch.
+
+        Returns:
+            ``None``; with ``sdpo.route`` (SRPO's sample routing, arXiv 2604.02288) a ``(B, T)``
+            multiplier of the GRPO loss mask (dtype of ``completion_mask``): 0 on the tokens
+            ``[start, end)`` of every site, 1 elsewhere, so an erring turn is trained by
+            distillation alone.
+        """
         out = []
         environments = batch.environments or [None] * len(batch.records)
         for record, segs, environment in zip(batch.records, batch.segments, environments, strict=True):
@@ -157,7 +164,13 @@ class HintDistillation(AuxiliaryLoss):
                     sites.append((seg.start, seg.end, self.site_key(turn.hint_template_key, hint)))
             out.append(sites)
         batch.output[SITES] = out
-        return None
+        if not self.config.route:
+            return None
+        routed = torch.ones_like(batch.output["completion_mask"])
+        for row, sites in enumerate(out):
+            for start, end, _ in sites:
+                routed[row, start:end] = 0
+        return routed
 
     def _hint_text(self, record: Any, turn: Any) -> str | None:
         """A site's own hint per ``sdpo.hint`` (``None``: the template)."""

@@ -39,6 +39,12 @@ class SDPOConfig(BaseModel):
             without the hint. A hint between the problem and the turn broke a 2-layer model,
             which behaved as if it copied the problem's digits by their distance from the turn
             (docs/ablation/tiny-sums-validation).
+        route: SRPO's sample routing (Sample-Routed Policy Optimization, arXiv 2604.02288):
+            correct samples go to GRPO, failed ones to the distillation term only. In a debate
+            the failed sample is the erring turn: the tokens of every error site this term
+            distils leave the GRPO term's loss mask, every other token stays in it. SRPO's
+            entropy-aware weighting of the distillation targets is not implemented. A site over
+            ``max_sites_per_batch`` in its micro-batch is then in neither term.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -52,6 +58,7 @@ class SDPOConfig(BaseModel):
     backend: Literal["gkd", "liger"] = "gkd"
     hint: Literal["localised", "template", "reference"] = "localised"
     restate: bool = True
+    route: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> SDPOConfig:
