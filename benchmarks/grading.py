@@ -16,6 +16,12 @@ Workloads, from MATH-500 (``../shared/data/math500.jsonl``):
 - ``solutions``: every reference solution against its own answer (500);
 - ``mismatched``: every reference solution against another problem's answer (500).
 
+And ``written`` (``written_answers.py``): answers written as models write them (other forms of
+the same value, units, LaTeX variants, thousands separators, unordered root sets), half right,
+against GSM8K test golds and the built-in generator's golds, with the truth known by
+construction. For it the script also reports each grader's agreement with the truth, per form,
+and every case where math-verify is right and ours is not (the target: none).
+
 Reported per workload: checks/s for the baseline, our single worker and our pool (median of
 ``--repeats`` runs), the ratio ours/baseline (higher is better), how our grades were decided
 (exact / numeric / closed_form / cache / worker) and every verdict that differs from math-verify's, to compare with
@@ -46,6 +52,9 @@ from math_verify import parse, verify  # noqa: E402  after the sys.path insert a
 from env_server.debate.answers import last_boxed  # noqa: E402  after the sys.path insert above
 from env_server.grading.pool import Grader, GradingConfig  # noqa: E402  after the sys.path insert above
 from env_server.provenance import provenance  # noqa: E402  after the sys.path insert above
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import written_answers  # noqa: E402  after the sys.path insert above
 
 MATH500 = REPO.parent / "shared" / "data" / "math500.jsonl"
 
@@ -95,7 +104,8 @@ async def _run_ours(pairs: list[tuple[str, str]], workers: int) -> tuple[float, 
         grades = await asyncio.gather(*(grader.grade(gold, last_boxed(response)) for gold, response in pairs))
         rate = len(pairs) / (time.perf_counter() - start)
         sources = {k: v - baseline_stats.get(k, 0) for k, v in grader.stats.items()
-                   if k in ("exact", "numeric", "closed_form", "cache", "worker", "rule", "deduplicated", "timeouts")}
+                   if k in ("exact", "numeric", "closed_form", "decorated", "cache", "worker", "rule", "deduplicated",
+                            "timeouts")}
         return rate, [g.correct for g in grades], sources
     finally:
         grader.close()
@@ -103,6 +113,39 @@ async def _run_ours(pairs: list[tuple[str, str]], workers: int) -> tuple[float, 
 
 def run_ours(pairs: list[tuple[str, str]], workers: int) -> tuple[float, list[bool], dict[str, int]]:
     return asyncio.run(_run_ours(pairs, workers))
+
+
+def truth_report(cases: list[written_answers.Case], baseline: list[bool], ours: list[bool]) -> dict:
+    """Agreement of each grader with the known truth of ``cases``, overall and per written form,
+    and the cases where math-verify is right and ours is not; printed and returned."""
+    by_form: dict[str, list[int]] = {}  # form -> [cases, math-verify right, ours right]
+    worse, better = [], []
+    for case, b, o in zip(cases, baseline, ours, strict=True):
+        counts = by_form.setdefault(case.form, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += b == case.truth
+        counts[2] += o == case.truth
+        if b == case.truth and o != case.truth:
+            worse.append(case)
+        elif o == case.truth and b != case.truth:
+            better.append(case)
+    n = len(cases)
+    mv_right, ours_right = (sum(c[i] for c in by_form.values()) for i in (1, 2))
+    print(f"    truth agreement: math-verify {mv_right}/{n}, ours {ours_right}/{n}; "
+          f"ours wrong where math-verify is right: {len(worse)}; ours right where math-verify is wrong: {len(better)}")
+    print("    form                 cases  math-verify right  ours right")
+    for form, (count, b, o) in sorted(by_form.items(), key=lambda item: -item[1][0]):
+        print(f"    {form:20} {count:5d}  {b:17d}  {o:10d}")
+    for case in worse[:12]:
+        print(f"    ours wrong, math-verify right: gold {case.gold!r} answer {last_boxed(case.response)!r} "
+              f"truth {case.truth}")
+    example = lambda c: {"gold": c.gold, "answer": last_boxed(c.response), "truth": c.truth, "form": c.form}  # noqa: E731
+    return {"truth_agreement": {"math_verify": mv_right, "ours": ours_right, "cases": n},
+            "ours_wrong_where_math_verify_right": len(worse),
+            "ours_right_where_math_verify_wrong": len(better),
+            "worse_examples": [example(c) for c in worse[:20]], "better_examples": [example(c) for c in better[:20]],
+            "by_form": {form: {"cases": c, "math_verify_right": b, "ours_right": o}
+                        for form, (c, b, o) in by_form.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     workloads = load_workloads(args.problems)
-    results = {}
+    written = written_answers.cases()
+    workloads["written"] = [(c.gold, c.response) for c in written]
+    results: dict[str, dict] = {}
     print(f"{'workload':11} {'checks':>6} {'math-verify/s':>14} {'ours 1 worker/s':>16} {'ours pool/s':>12} "
           f"{'ratio 1w':>9} {'ratio pool':>11}  decided by (pool)   verdicts differing")
     for name, pairs in workloads.items():
@@ -140,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         for example in r["differing_examples"]:
             print(f"    differs: gold {example['gold']!r} answer {example['answer']!r}: "
                   f"math-verify {example['math_verify']}, ours {example['ours']}")
+        if name == "written":
+            r.update(truth_report(written, base_verdicts, our_verdicts))
 
     print(f"\nmachine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"pool {args.workers} workers; median of {args.repeats} runs")

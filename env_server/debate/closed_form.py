@@ -2,8 +2,11 @@
 
 ``exact_rational`` reads plain integers and integer fractions; ``closed_form_verdict`` decides a
 pair of closed-form numbers (or a number against a container of several distinct ones) when the
-grading policies' verdict is certain. Pure string and ``Fraction`` code, no sympy, bounded work
-per call, so it is safe on the event loop; anything it cannot decide goes to a grading worker.
+grading policies' verdict is certain; ``undecorated`` takes the plain number out of one of the
+decorations models write around it (``\\$18``, ``18 \\text{ dollars}``, ``x = 18``,
+``\\mathbf{18}``), where the worker's verdict is that of the plain number. Pure string and
+``Fraction`` code, no sympy, bounded work per call, so it is safe on the event loop; anything it
+cannot decide goes to a grading worker.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from math import isqrt
 from env_server.debate.answers import normalize_answer
 from env_server.protocol.grades import EXACT_DIGITS
 
-__all__ = ["closed_form_verdict", "exact_rational"]
+__all__ = ["closed_form_verdict", "exact_rational", "undecorated"]
 
 _DIGITS = rf"\d{{1,{EXACT_DIGITS}}}"
 _RATIONAL = re.compile(rf"(-?)(?:({_DIGITS})|\\frac\{{(-?{_DIGITS})\}}\{{({_DIGITS})\}})")
@@ -43,6 +46,51 @@ def exact_rational(answer: str) -> Fraction | None:
             return None
         value = Fraction(int(numerator), int(denominator))
     return -value if sign else value
+
+
+# --- Decorated numbers: one decoration around a plain number ---
+#
+# Models write "\$18", "18 \text{ dollars}", "x = 18" or "\mathbf{18}" where the gold is "18". The
+# worker (math-verify + the grading policies) grades each of these exactly as the plain number
+# inside, so the grader can decide them on the event loop. Only these shapes, one decoration, a
+# plain number (integer, decimal or integer fraction) inside; the worker's verdicts on them are
+# pinned by tests/env_server/grading/test_fast_paths.py. Left to the worker on purpose, because
+# the worker does not read them as the number: "\mathbf{\frac34}" and a bold number with a unit
+# (unparseable or wrong there), a unit text that is "and" or "or" alone (unparseable), anything
+# after the unit (e.g. a final period: unparseable), "x = y = 18", units outside "\text{}".
+
+_PLAIN = r"-?(?:\d+(?:\.\d+)?|\\[dt]?frac\{\d+\}\{\d+\})"
+_DECORATED = (
+    re.compile(rf"\\\$\s*({_PLAIN})"),  # \$18
+    # words separated by whitespace only, so the match cannot backtrack over ways to split them
+    re.compile(rf"({_PLAIN})\s*\\(?:text|mbox)\{{\s*([A-Za-z]+(?:\s+[A-Za-z]+){{0,3}})\s*\}}"),  # 18 \text{ dollars}
+    re.compile(rf"[A-Za-z]\s*=\s*({_PLAIN})"),  # x = 18
+    re.compile(r"\\(?:mathbf|textbf)\{\s*(-?\d+)\s*\}"),  # \mathbf{18}
+)
+_UNPARSEABLE_UNITS = frozenset({"and", "or"})
+_MAX_DECORATED_CHARS = 120
+
+
+def undecorated(answer: str) -> str | None:
+    """The plain number inside one decoration, or ``None`` when ``answer`` is not so written.
+
+    Shapes (surrounding whitespace ignored; ``<n>`` an integer, decimal or ``\\frac{a}{b}``,
+    optionally negative): ``\\$<n>``, ``<n> \\text{<1-4 words>}`` (also ``\\mbox``; the
+    words letters only, and not one of them ``and`` or ``or``), ``<letter> = <n>``,
+    ``\\mathbf{<integer>}`` / ``\\textbf{<integer>}``. The worker grades each of these as the
+    number inside (tests pin it), so the grader may compare the number instead.
+    """
+    text = answer.strip()
+    if len(text) > _MAX_DECORATED_CHARS:
+        return None
+    for index, pattern in enumerate(_DECORATED):
+        match = pattern.fullmatch(text)
+        if match is None:
+            continue
+        if index == 1 and _UNPARSEABLE_UNITS & set(match.group(2).lower().split()):
+            return None
+        return match.group(1)
+    return None
 
 
 # --- Closed-form numbers and containers of them, for the grader's "certainly different" path ---

@@ -21,7 +21,7 @@ digits (longer ones go to a grading worker). Used by the event-loop fast paths
 
 GradeSource = str
 """How a grade was decided: ``"rule"``, ``"exact"``, ``"numeric"``, ``"closed_form"``,
-``"cache"`` or ``"worker"`` (see :class:`Grade`)."""
+``"decorated"``, ``"cache"`` or ``"worker"`` (see :class:`Grade`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,8 @@ class Grade:
         source: how it was decided: ``"rule"``, ``"exact"`` (equal normal forms),
             ``"numeric"`` (both plain integers or integer fractions, compared exactly),
             ``"closed_form"`` (decided from closed-form values, ``closed_form.closed_form_verdict``),
+            ``"decorated"`` (the plain number inside ``\\$18``, ``18 \\text{ dollars}``,
+            ``x = 18`` or ``\\mathbf{18}``, ``closed_form.undecorated``, decided as above),
             ``"cache"`` or ``"worker"``.
     """
 

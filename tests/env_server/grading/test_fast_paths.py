@@ -14,7 +14,7 @@ import pytest
 import sympy
 
 from env_server.debate.answers import last_boxed, normalize_answer
-from env_server.debate.closed_form import _DEGREES, _container, _value, closed_form_verdict
+from env_server.debate.closed_form import _DEGREES, _container, _value, closed_form_verdict, undecorated
 from env_server.grading.worker import _parse_uncached, grade_answer
 
 
@@ -121,3 +121,43 @@ def test_closed_form_refuses_huge_values(answer: str) -> None:
     decides them."""
     assert _value(answer) is None
     assert closed_form_verdict("1", answer, 6) is None
+
+
+@pytest.mark.parametrize(("answer", "plain"), [
+    (r"\$18", "18"), (r"\$ -18.5", "-18.5"), (r"18 \text{ dollars}", "18"),
+    (r"-\frac{3}{4} \text{ cups of flour}", r"-\frac{3}{4}"), (r"7\mbox{ eggs}", "7"), (r"x = 18", "18"),
+    (r"n=\dfrac{1}{2}", r"\dfrac{1}{2}"), (r"\mathbf{18}", "18"), (r"\textbf{-3}", "-3"),
+    # left to the worker: it does not read these as the number inside (unparseable, or another value)
+    (r"\mathbf{\frac34}", None), (r"\mathbf{18} \text{ dollars}", None), (r"18 \text{ and}", None), (r"18 \text{ or}", None),
+    (r"18 \text{ dollars}.", None), (r"x = y = 18", None), (r"\$18 \text{ dollars}", None), (r"18 \text{ m}^2", None),
+    (r"\pi = 3", None), ("18", None), (r"18 \text{ }", None), ("18 dollars", None), ("1" + " a" * 200, None),
+])
+def test_undecorated_takes_out_the_plain_number_of_one_decoration(answer: str, plain: str | None) -> None:
+    assert undecorated(answer) == plain
+
+
+def test_decorated_verdicts_agree_with_the_worker() -> None:
+    """Every pair the grader decides through ``undecorated`` (source ``decorated``) gets the
+    worker's verdict and no error kind: integers (negative, zero, large), decimals and fractions,
+    each decoration, the same value and other values, units from a word list."""
+    from env_server.grading.pool import Grader, GradingConfig
+
+    grader = Grader(GradingConfig(workers=1))  # quick_grade only: no worker is started
+    rng = random.Random(0)
+    units = ["dollars", "eggs", "minutes", "meters", "cm", "km", "s", "e", "i", "x", "pi", "degrees", "feet",
+             "miles per hour", "cups of flour", "salt and pepper", "per", "is", "not", "if", "sq ft", "Total"]
+    golds = ["18", "-18", "0", "1000000", r"\frac{3}{4}", r"-\frac{5}{2}", "2.5", "0.125", r"\dfrac{7}{8}", "12"]
+    values = ["18", "-18", "0", "19", "1000000", "2.5", "2.50", "0.125", r"\frac{3}{4}", r"\frac{6}{8}", "0.75",
+              r"-\frac{5}{2}", "-2.5", r"\frac{7}{8}", "0.875", "12", "12.0", "-12"]
+    shapes = [r"\${}", r"\$ {}", "{} \\text{{ {unit}}}", "{}\\text{{{unit}}}", "{} \\mbox{{ {unit}}}", "x = {}", "k={}",
+              r"\mathbf{{{}}}", r"\textbf{{{}}}"]
+    decided = []
+    for _ in range(400):
+        gold, value, shape = rng.choice(golds), rng.choice(values), rng.choice(shapes)
+        answer = shape.replace("{unit}", rng.choice(units)).format(value) if "{unit}" in shape else shape.format(value)
+        grade = grader.quick_grade(gold, answer)
+        if grade is not None and grade.source == "decorated":
+            decided.append((gold, answer, grade.correct))
+    assert len(decided) > 250 and {verdict for _, _, verdict in decided} == {True, False}
+    for gold, answer, verdict in decided:
+        assert grade_answer(gold, answer) == (verdict, None), (gold, answer)
