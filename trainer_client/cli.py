@@ -5,7 +5,8 @@
   --output-dir DIR [--model ID_OR_PATH] [--resume [DIR]] [-o key=value ...]``
 - ``mathdebate tiny-model DIR``: write the offline tiny model and tokenizer.
 - ``mathdebate demo``: the README's main job: start an env server, play scripted debates, train
-  a few steps (CPU, or CUDA where there is one) with the tiny model on built-in problems, write metrics and the plot, stop.
+  a few steps (CPU, or CUDA where there is one) with the tiny model on built-in problems, write
+  metrics and the plot, stop.
 
 Nothing heavy is imported until a training command runs, so ``mathdebate serve`` starts fast
 and works without the ``train`` extra.

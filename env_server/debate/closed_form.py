@@ -19,7 +19,7 @@ from math import isqrt
 from env_server.debate.answers import normalize_answer
 from env_server.protocol.grades import EXACT_DIGITS
 
-__all__ = ["closed_form_verdict", "exact_rational", "undecorated"]
+__all__ = ["closed_form_verdict", "exact_rational", "is_plain_number", "undecorated"]
 
 _DIGITS = rf"\d{{1,{EXACT_DIGITS}}}"
 _RATIONAL = re.compile(rf"(-?)(?:({_DIGITS})|\\frac\{{(-?{_DIGITS})\}}\{{({_DIGITS})\}})")
@@ -67,8 +67,17 @@ _DECORATED = (
     re.compile(rf"[A-Za-z]\s*=\s*({_PLAIN})"),  # x = 18
     re.compile(r"\\(?:mathbf|textbf)\{\s*(-?\d+)\s*\}"),  # \mathbf{18}
 )
+_PLAIN_NUMBER = re.compile(_PLAIN)
 _UNPARSEABLE_UNITS = frozenset({"and", "or"})
 _MAX_DECORATED_CHARS = 120
+
+
+def is_plain_number(text: str) -> bool:
+    """Whether ``text`` (surrounding whitespace ignored) is a plain number as
+    :func:`undecorated` returns them: an integer, decimal or ``\\frac{a}{b}``, optionally
+    negative. The decorated path compares against such golds only (a gold with its own unit or
+    decoration goes to the worker)."""
+    return len(text) <= _MAX_DECORATED_CHARS and _PLAIN_NUMBER.fullmatch(text.strip()) is not None
 
 
 def undecorated(answer: str) -> str | None:

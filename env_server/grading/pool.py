@@ -11,8 +11,9 @@ Flow of one grade (``Grader.grade``):
    ones (``closed_form.closed_form_verdict``) -> decided only where the policies' verdict is
    certain (equal exact rationals, or further apart than any tolerance), else undecided; the
    same for the plain number inside one decoration (``\\$18``, ``18 \\text{ dollars}``,
-   ``x = 18``, ``\\mathbf{18}``: ``closed_form.undecorated``). Pure string/Fraction code, no
-   sympy (most MATH-500 short answers end here or earlier; figures in ``benchmarks/README.md``);
+   ``x = 18``, ``\\mathbf{18}``: ``closed_form.undecorated``) against a plain-number gold.
+   Pure string/Fraction code, no sympy (most MATH-500 short answers end here or earlier;
+   figures in ``benchmarks/README.md``);
 3. verdict cache (LRU, keyed by a digest of gold and answer) and in-flight de-duplication;
 4. fair admission (``GradingConfig.fairness``, on by default): every grade names its owner (the
    session), waits in that owner's queue, and goes to pebble only when a worker is free (or about
@@ -57,7 +58,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from env_server.debate.answers import LOOP_ANSWER_CHARS, normalize_answer
-from env_server.debate.closed_form import closed_form_verdict, exact_rational, undecorated
+from env_server.debate.closed_form import closed_form_verdict, exact_rational, is_plain_number, undecorated
 from env_server.protocol.grades import Grade
 from env_server.protocol.markers import ErrorKind
 
@@ -264,7 +265,8 @@ class Grader:
             grade = Grade(gold_value == value, None, "numeric")
         elif (verdict := closed_form_verdict(gold, answer, self.config.sig_figs)) is not None:
             grade = Grade(verdict, None, "closed_form")
-        elif (plain := undecorated(answer)) is not None and (verdict := self._plain_verdict(gold, plain)) is not None:
+        elif (is_plain_number(gold) and (plain := undecorated(answer)) is not None
+              and (verdict := self._plain_verdict(gold, plain)) is not None):
             grade = Grade(verdict, None, "decorated")
         else:
             cached = self.cache.get(GradeCache.key(gold, answer))
@@ -275,8 +277,9 @@ class Grader:
         return self._count(grade)
 
     def _plain_verdict(self, gold: str, plain: str) -> bool | None:
-        """The verdict on a plain number (``closed_form.undecorated``'s) by the event-loop paths
-        (equal normal forms, exact rationals, closed-form values), or ``None``."""
+        """The verdict on a plain number (``closed_form.undecorated``'s) against a plain-number
+        gold by the event-loop paths (equal normal forms, exact rationals, closed-form values),
+        or ``None``."""
         if normalize_answer(plain) == normalize_answer(gold):
             return True
         if (gold_value := exact_rational(gold)) is not None and (value := exact_rational(plain)) is not None:

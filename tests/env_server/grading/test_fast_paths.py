@@ -159,5 +159,8 @@ def test_decorated_verdicts_agree_with_the_worker() -> None:
         if grade is not None and grade.source == "decorated":
             decided.append((gold, answer, grade.correct))
     assert len(decided) > 250 and {verdict for _, _, verdict in decided} == {True, False}
+    # a gold with its own unit or decoration is left to the worker ("5 m" against "5 cm")
+    assert grader.quick_grade(r"5\text{ cm}", r"5 \text{ m}") is None
+    assert grader.quick_grade(r"\$18.90", r"\$18.9") is None
     for gold, answer, verdict in decided:
         assert grade_answer(gold, answer) == (verdict, None), (gold, answer)
