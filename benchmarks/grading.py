@@ -139,7 +139,10 @@ def truth_report(cases: list[written_answers.Case], baseline: list[bool], ours: 
     for case in worse[:12]:
         print(f"    ours wrong, math-verify right: gold {case.gold!r} answer {last_boxed(case.response)!r} "
               f"truth {case.truth}")
-    example = lambda c: {"gold": c.gold, "answer": last_boxed(c.response), "truth": c.truth, "form": c.form}  # noqa: E731
+
+    def example(c: written_answers.Case) -> dict:
+        return {"gold": c.gold, "answer": last_boxed(c.response), "truth": c.truth, "form": c.form}
+
     return {"truth_agreement": {"math_verify": mv_right, "ours": ours_right, "cases": n},
             "ours_wrong_where_math_verify_right": len(worse),
             "ours_right_where_math_verify_wrong": len(better),

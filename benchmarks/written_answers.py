@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import random
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -108,52 +107,56 @@ def _prime_factors(n: int) -> list[int]:
 # ----------------------------------------------------------------------------- values
 
 
-def _parse_gold(gold: str) -> tuple[str, object] | None:
-    """``("int", n)``, ``("fraction", Fraction)`` or ``("set", (a, b))`` for the golds used here."""
+Value = int | Fraction | tuple[int, int]
+"""A gold's value: an integer, a (non-integer) fraction, or a set of two integer roots."""
+
+
+def _parse_gold(gold: str) -> Value | None:
+    """The value of the golds used here (integers, ``\\frac`` fractions, ``\\{a, b\\}``), else ``None``."""
     text = gold.strip()
     if text.lstrip("-").isdigit():
-        return "int", int(text)
+        return int(text)
     if text.startswith("\\{") and text.endswith("\\}"):
         parts = text[2:-2].split(",")
         if len(parts) == 2 and all(p.strip().lstrip("-").isdigit() for p in parts):
-            return "set", (int(parts[0]), int(parts[1]))
+            return int(parts[0]), int(parts[1])
         return None
     body, sign = (text[1:], -1) if text.startswith("-") else (text, 1)
     if body.startswith("\\frac{") and body.endswith("}"):
         num, _, den = body[len("\\frac{"):-1].partition("}{")
         if num.isdigit() and den.isdigit():
-            return "fraction", sign * Fraction(int(num), int(den))
+            return sign * Fraction(int(num), int(den))
     return None
 
 
-_FORMS: dict[str, Callable[[object], dict[str, str | None]]] = {
-    "int": lambda v: _int_forms(v),  # type: ignore[arg-type]
-    "fraction": lambda v: _fraction_forms(v),  # type: ignore[arg-type]
-    "set": lambda v: _set_forms(v),  # type: ignore[arg-type]
-}
+def _forms(value: Value) -> dict[str, str | None]:
+    """Every written form of ``value`` (``None`` where a form cannot write it)."""
+    if isinstance(value, tuple):
+        return _set_forms(value)
+    if isinstance(value, Fraction) and value.denominator != 1:
+        return _fraction_forms(value)
+    return _int_forms(int(value))
 
 
-def _wrong_value(kind: str, value: object, other: object, rng: random.Random) -> object:
-    """A value of ``kind`` that differs from ``value``."""
-    if kind == "int":
-        n = int(value)  # type: ignore[call-overload]
-        choices = [n + 1, n - 1, 10 * n if n else 7, -n if n else 3]
-        if isinstance(other, int) and other != n:
-            choices.append(other)
-        return rng.choice(choices)
-    if kind == "fraction":
-        f = Fraction(value)  # type: ignore[arg-type]
-        choices = [f + 1, -f, 1 / f if f else Fraction(1, 2), f * 2]
-        return rng.choice([c for c in choices if c != f])
-    a, b = value  # type: ignore[misc]
-    return rng.choice([(a + 1, b), (a, b + 1), (-a, b) if a else (a, b + 2)])
+def _wrong_value(value: Value, other: Value, rng: random.Random) -> Value:
+    """A value of ``value``'s kind that differs from it (``other``: another gold's value)."""
+    if isinstance(value, tuple):
+        a, b = value
+        return rng.choice([(a + 1, b), (a, b + 1), (-a, b) if a else (a, b + 2)])
+    if isinstance(value, Fraction):
+        f = value
+        fractions = [f + 1, -f, 1 / f if f else Fraction(1, 2), f * 2]
+        return rng.choice([c for c in fractions if c != f])
+    n = value
+    choices: list[Value] = [n + 1, n - 1, 10 * n if n else 7, -n if n else 3]
+    if isinstance(other, int) and other != n:
+        choices.append(other)
+    return rng.choice(choices)
 
 
-def _write(kind: str, value: object, rng: random.Random) -> tuple[str, str]:
+def _write(value: Value, rng: random.Random) -> tuple[str, str]:
     """``(form, text)``: ``value`` in a form drawn uniformly from those that can write it."""
-    if kind == "fraction" and Fraction(value).denominator == 1:  # type: ignore[arg-type]
-        kind, value = "int", int(Fraction(value))  # type: ignore[arg-type]
-    forms = [(name, text) for name, text in _FORMS[kind](value).items() if text is not None]
+    forms = [(name, text) for name, text in _forms(value).items() if text is not None]
     return rng.choice(forms)
 
 
@@ -169,15 +172,14 @@ def cases(gsm8k: Path = GSM8K, gsm8k_limit: int = 500, generated: int = 500, see
     generator = ProblemGenerator()
     golds += [(generator.by_seed(i).answer, f"gen/{generator.by_seed(i).problem_id.split('/')[1]}")
               for i in range(generated)]
-    parsed = [(gold, source, _parse_gold(gold)) for gold, source in golds]
-    usable = [(gold, source, p) for gold, source, p in parsed if p is not None]
+    usable = [(gold, source, value) for gold, source in golds if (value := _parse_gold(gold)) is not None]
     out: list[Case] = []
-    for i, (gold, source, (kind, value)) in enumerate(usable):
-        other = usable[(i + 7) % len(usable)][2][1]
-        form, text = _write(kind, value, rng)
+    for i, (gold, source, value) in enumerate(usable):
+        other = usable[(i + 7) % len(usable)][2]
+        form, text = _write(value, rng)
         out.append(Case(gold, f"So the final answer is $\\boxed{{{text}}}$.", True, form, source))
-        wrong = _wrong_value(kind, value, other, rng)
-        form, text = _write(kind, wrong, rng)
+        wrong = _wrong_value(value, other, rng)
+        form, text = _write(wrong, rng)
         out.append(Case(gold, f"So the final answer is $\\boxed{{{text}}}$.", False, form, source))
     rng.shuffle(out)
     return out
