@@ -60,6 +60,17 @@ def test_a_single_arm_trains_in_single_mode(tmp_path):
         assert [t.name for t in config.replay.teachers] == ["tiny-sums@1", "tiny-sums@2", "tiny-sums@3"]
         assert not config.gold_supervised
 
+    # -o sets a channel's weight in the arms that have the channel; the others keep it off
+    args.overrides = {"sdpo.alpha": 1.0, "replay.beta": 0.2}
+    weights = {}
+    for name in ("baseline", "sdpo", "replay", "full"):
+        [arm] = plan_arms([name], args.shaping, ["debate"], shuffled_control=False)
+        config = load_config(None, arm.preset, run_overrides(
+            arm, 0, args, model_path=tmp_path / "tiny-sums", env_url="http://127.0.0.1:1", run_dir=tmp_path / name,
+            problems="gen:two_digit_sum", default_max_rounds=True, tiny=True, default_teachers=built))
+        weights[name] = (config.sdpo.alpha, config.replay.beta)
+    assert weights == {"baseline": (0.0, 0.0), "sdpo": (1.0, 0.0), "replay": (0.0, 0.2), "full": (1.0, 0.2)}
+
     args.overrides = {"mode": "debate"}
     with pytest.raises(ValueError, match="use --modes"):
         run_ablation(args)
