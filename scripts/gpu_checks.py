@@ -6,6 +6,8 @@ with no downloads.
 - ``liger-jsd``: liger-kernel's fused linear JSD (the SDPO ``liger`` backend) against the GKD JSD
   on full logits (the ``gkd`` backend), same inputs on CUDA: same value within 1e-3 (relative),
   lower peak CUDA memory;
+- ``liger-train``: 3 steps of the demo's configuration (all three channels) with
+  ``sdpo.backend: liger``: the fused JSD inside training, ``loss/sdpo_jsd`` logged and finite;
 - ``hf-eval``: ``mathdebate eval --policy hf:<tiny>`` on CUDA (``load_hf_model`` moves the model
   there), 5 problems, no failed request;
 - ``vllm-colocate``: 2 steps with ``use_vllm: true, vllm_mode: colocate`` where vLLM is installed;
@@ -107,6 +109,19 @@ def check_liger_jsd(work: Path, tiny: Path, url: str) -> str:
     return f"ok: fused {fused:.6f} vs gkd {gkd:.6f}; peak {fused_mb:.0f} MiB vs {gkd_mb:.0f} MiB ({n} tokens, V={vocab})"
 
 
+def check_liger_train(work: Path, tiny: Path, url: str) -> str:
+    if importlib.util.find_spec("liger_kernel") is None:
+        return "unavailable: liger-kernel is not installed (pip install 'mathdebate[liger]')"
+    from trainer_client.cli import demo_config
+
+    sdpo = demo_config(str(work / "liger-train"), url, 3).sdpo.model_copy(update={"alpha": 0.1, "backend": "liger"})
+    lines = _train(work, tiny, url, "liger-train", 3, sdpo=sdpo)
+    jsd = [line.get("loss/sdpo_jsd") for line in lines]  # None on a step without error sites
+    logged = [j for j in jsd if j is not None]
+    assert len(lines) == 3 and logged and all(0 <= j < 1e3 for j in logged), jsd
+    return f"ok: 3 steps, loss/sdpo_jsd per step {[None if j is None else round(j, 4) for j in jsd]}"
+
+
 def check_hf_eval(work: Path, tiny: Path, url: str) -> str:
     out = work / "hf-eval"
     done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "eval", "--policy", f"hf:{tiny}", "--problems",
@@ -129,8 +144,8 @@ def check_vllm_colocate(work: Path, tiny: Path, url: str) -> str:
     return f"ok: 2 steps, vLLM-vs-trainer log-prob gap per step {gaps}"
 
 
-CHECKS = {"bf16-train": check_bf16_train, "liger-jsd": check_liger_jsd, "hf-eval": check_hf_eval,
-          "vllm-colocate": check_vllm_colocate}
+CHECKS = {"bf16-train": check_bf16_train, "liger-jsd": check_liger_jsd, "liger-train": check_liger_train,
+          "hf-eval": check_hf_eval, "vllm-colocate": check_vllm_colocate}
 
 
 def main() -> int:

@@ -18,5 +18,6 @@ def test_check_gpu_prints_one_unavailable_line_per_check_without_cuda() -> None:
     done = subprocess.run(["bash", "scripts/check_gpu.sh"], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert [line.split(":", 1)[0] for line in lines] == ["bf16-train", "liger-jsd", "hf-eval", "vllm-colocate"]
+    assert [line.split(":", 1)[0] for line in lines] == ["bf16-train", "liger-jsd", "liger-train", "hf-eval",
+                                                                 "vllm-colocate"]
     assert all(": unavailable: no CUDA device" in line for line in lines)
