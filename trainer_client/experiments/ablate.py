@@ -332,10 +332,8 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
     model's default teachers (``default_teachers``, built: the run's ``model`` is the built
     model's path, which ``TrainConfig`` does not recognise as a tiny model, so its own default
     would not apply); ``--max-steps``; then the ``-o`` overrides
-    (``args.overrides``), except that the arm's mode always wins, and so does a channel the arm's
-    preset turns off: ``-o sdpo.alpha=1`` sets the weight of the arms with hint distillation
-    (``sdpo``, ``full``) and leaves ``baseline`` and ``replay`` at 0 (it used to turn the channel
-    on in every arm, so the "baseline" was not GRPO alone); likewise ``replay.beta``.
+    (``args.overrides``), except that the arm's mode and its channels always win: ``-o sdpo.alpha=1``
+    weights the ``sdpo`` and ``full`` arms, ``baseline`` keeps 0 (likewise ``replay.beta``).
     """
     overrides: dict[str, Any] = {
         "model": str(model_path), "env_url": env_url, "output_dir": str(run_dir), "seed": seed,
@@ -352,12 +350,8 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
         overrides["max_steps"] = args.max_steps
     overrides.update(args.overrides)
     overrides["mode"] = arm.mode
-    from trainer_client.config import PRESETS
-
-    alpha, beta = PRESETS[arm.preset]
-    for key, weight in (("sdpo.alpha", alpha), ("replay.beta", beta)):
-        if weight == 0:  # the arm has no such channel, whatever -o says
-            overrides[key] = 0.0
+    from trainer_client.config import PRESETS  # an arm without a channel keeps it off, whatever -o says
+    overrides.update({k: 0.0 for k, w in zip(("sdpo.alpha", "replay.beta"), PRESETS[arm.preset], strict=True) if not w})
     return overrides
 
 
