@@ -59,7 +59,7 @@ from pydantic import BaseModel, Field
 
 from env_server.debate.answers import LOOP_ANSWER_CHARS, normalize_answer
 from env_server.debate.closed_form import closed_form_verdict, exact_rational, is_plain_number, undecorated
-from env_server.protocol.grades import Grade
+from env_server.protocol.grades import Grade, GradeSource
 from env_server.protocol.markers import ErrorKind
 
 __all__ = ["GradeCache", "Grader", "GradingConfig"]
@@ -259,15 +259,11 @@ class Grader:
             if cached is None:
                 return None
             grade = Grade(cached.correct, cached.error_kind, "cache")
-        elif normalize_answer(answer) == normalize_answer(gold):
-            grade = Grade(True, None, "exact")
-        elif (gold_value := exact_rational(gold)) is not None and (value := exact_rational(answer)) is not None:
-            grade = Grade(gold_value == value, None, "numeric")
-        elif (verdict := closed_form_verdict(gold, answer, self.config.sig_figs)) is not None:
-            grade = Grade(verdict, None, "closed_form")
+        elif (decided := self._loop_verdict(gold, answer)) is not None:
+            grade = Grade(decided[0], None, decided[1])
         elif (is_plain_number(gold) and (plain := undecorated(answer)) is not None
-              and (verdict := self._plain_verdict(gold, plain)) is not None):
-            grade = Grade(verdict, None, "decorated")
+              and (decided := self._loop_verdict(gold, plain)) is not None):
+            grade = Grade(decided[0], None, "decorated")
         else:
             cached = self.cache.get(GradeCache.key(gold, answer))
             if cached is None:
@@ -276,15 +272,16 @@ class Grader:
         self.stats["requests"] += 1
         return self._count(grade)
 
-    def _plain_verdict(self, gold: str, plain: str) -> bool | None:
-        """The verdict on a plain number (``closed_form.undecorated``'s) against a plain-number
-        gold by the event-loop paths (equal normal forms, exact rationals, closed-form values),
-        or ``None``."""
-        if normalize_answer(plain) == normalize_answer(gold):
-            return True
-        if (gold_value := exact_rational(gold)) is not None and (value := exact_rational(plain)) is not None:
-            return gold_value == value
-        return closed_form_verdict(gold, plain, self.config.sig_figs)
+    def _loop_verdict(self, gold: str, answer: str) -> tuple[bool, GradeSource] | None:
+        """``(correct, source)`` from the event-loop paths, in order: equal normal forms
+        (``exact``), both exact rationals (``numeric``), closed-form values (``closed_form``);
+        ``None`` when none decides."""
+        if normalize_answer(answer) == normalize_answer(gold):
+            return True, "exact"
+        if (gold_value := exact_rational(gold)) is not None and (value := exact_rational(answer)) is not None:
+            return gold_value == value, "numeric"
+        verdict = closed_form_verdict(gold, answer, self.config.sig_figs)
+        return None if verdict is None else (verdict, "closed_form")
 
     def backlog(self, owner: Hashable) -> int:
         """Grades of ``owner`` queued for or running in a worker (0 without fair admission)."""
