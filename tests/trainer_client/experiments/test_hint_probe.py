@@ -134,3 +134,37 @@ def test_the_probe_compares_hinted_and_unhinted_turns_at_the_error_sites(tiny_le
     default = probe_hints(model, tokenizer, source, seeds, max_new_tokens=96, style="localised", restate=True)
     assert default.sites == probe.sites and default.right_broken is None
     assert default.accuracy_hinted == pytest.approx(probe.accuracy_unhinted + default.sites_fixed * probe.sites / 40)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_hint_following_warm_up_makes_the_hinted_policy_better_at_error_sites(tmp_path) -> None:
+    """The cheap check that hint distillation has something to distil, before any RL: two tiny
+    ``two_digit_sum`` models warmed up the same way (the ``tiny-sums`` size and tokenizer, 400
+    steps), one with hint-following examples on half of its turns (OPSD's hint: the reference
+    solution, the instructions restated after it, as ``sdpo.hint: reference`` lays out the
+    teacher's context), one without. On 100 validation problems, at the error sites (the greedy
+    first answer is wrong), the hint-trained policy puts more probability on the correct turn when
+    shown the hint than without it at nearly every site (measured: +0.075 nats per token, 99 of 99
+    sites), the other is thrown off by the same hint (measured: -3.3 nats per token, no site
+    higher). docs/ablation/tiny-sums-validation/README.md has the longer warm-ups and RL with them."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from env_server.debate.problems import load_problem_source
+    from trainer_client.experiments.hint_probe import probe_hints
+    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, sums_spec
+
+    source = load_problem_source("gen:two_digit_sum")
+    seeds = [VALIDATION_SEED_BASE + i for i in range(100)]
+    probes = {}
+    for fraction in (0.5, 0.0):
+        spec = TinyModelSpec(sums_spec(0), hint_style="reference", restate_hints=True, hint_fraction=fraction,
+                             version=2, sft_steps=400, sft_schedule_steps=400)
+        target = build_tiny_model(tmp_path / f"hints-{fraction}", spec)
+        model, tokenizer = AutoModelForCausalLM.from_pretrained(target), AutoTokenizer.from_pretrained(target)
+        probes[fraction] = probe_hints(model, tokenizer, source, seeds, style="reference", restate=True)
+    trained, control = probes[0.5], probes[0.0]
+    assert trained.sites >= 50 and control.sites >= 50  # both models are mostly wrong this early
+    assert trained.logp_gain > 0.02 and trained.share_higher >= 0.8
+    assert trained.accuracy_hinted >= trained.accuracy_unhinted
+    assert control.logp_gain < -1.0 and control.share_higher <= 0.2
