@@ -60,6 +60,9 @@ def test_sdpo_is_zero_without_error_sites_and_positive_with_one(model_and_tokeni
         handle.remove()
     sdpo = trainer._metrics["train"]["loss/sdpo_jsd"]
     assert sdpo[0] == 0.0 and sdpo[1] > 0.0
+    # how much of the micro-batch the term reaches: one site of 6 tokens (completion tokens 3..9)
+    assert trainer._metrics["train"]["sdpo/sites"] == [0.0, 1.0]
+    assert trainer._metrics["train"]["sdpo/site_tokens"] == [0.0, 6.0]
     # only the hinted teacher costs a pass: the student side reuses GRPO's own forward
     assert forwards_without_sites == 1 and forwards_with_site == 2
     assert with_site.item() == pytest.approx(plain.item() + 0.1 * sdpo[1], rel=1e-4)

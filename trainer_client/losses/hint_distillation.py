@@ -250,7 +250,17 @@ class HintDistillation(AuxiliaryLoss):
             value = self.routed_site_loss(model, inputs, router)
         else:
             value = self.site_loss(model, inputs, context.policy_forward)
-        return value, {self.metric: 0.0 if value is None else value.item()}
+        sites = self.sites(inputs)
+        return value, {self.metric: 0.0 if value is None else value.item(), "sdpo/sites": float(len(sites)),
+                       "sdpo/site_tokens": float(sum(end - start for _, start, end, _ in sites))}
+
+    def sites(self, inputs: dict[str, Any]) -> list[tuple[int, int, int, str]]:
+        """The micro-batch's distilled sites: ``(row, start, end, hint key)`` with ``start``/``end``
+        completion token offsets, at most ``max_sites_per_batch`` (the first ones, row order).
+        Their count and token total are logged per micro-batch as ``sdpo/sites`` and
+        ``sdpo/site_tokens`` (how much of a step the term's signal reaches)."""
+        return [(row, start, end, key) for row, row_sites in enumerate(inputs.get(SITES, []))
+                for start, end, key in row_sites][: self.config.max_sites_per_batch]
 
     def routed_site_loss(self, model: torch.nn.Module, inputs: dict[str, Any], router: Any) -> torch.Tensor | None:
         """:meth:`site_loss` with each site's student and teacher under the policy of the role
@@ -259,8 +269,7 @@ class HintDistillation(AuxiliaryLoss):
         the roles' site tokens ``n_r`` (the same mean as one call over all sites). Both sides run
         in full: the GRPO pass of each adapter covers other roles' tokens too."""
         rows = inputs.get(SITES, [])
-        sites = [(row, start, end, key) for row, row_sites in enumerate(rows)
-                 for start, end, key in row_sites][: self.config.max_sites_per_batch]
+        sites = self.sites(inputs)
         total, tokens = None, 0
         for role in dict.fromkeys(key.partition("/")[0] for *_, key in sites):
             chosen = [site for site in sites if site[3].partition("/")[0] == role]
@@ -288,8 +297,7 @@ class HintDistillation(AuxiliaryLoss):
         Returns:
             The mean per-token divergence over the sites' tokens, or ``None`` without sites.
         """
-        sites = [(row, start, end, key) for row, row_sites in enumerate(inputs.get(SITES, []))
-                 for start, end, key in row_sites][: self.config.max_sites_per_batch]
+        sites = self.sites(inputs)
         if not sites:
             return None
         prompt_ids, prompt_mask, completion_ids = inputs["prompt_ids"], inputs["prompt_mask"], inputs["completion_ids"]

@@ -18,7 +18,11 @@ class SDPOConfig(BaseModel):
 
     Attributes:
         alpha: weight of the channel in the total loss (0 disables it).
-        jsd_beta: mixture coefficient of the generalized JSD (0.5: symmetric).
+        jsd_beta: mixture coefficient of the generalized JSD (GKD, Agarwal et al. 2024:
+            ``β·KL(T‖M) + (1−β)·KL(S‖M)``, ``M = β·T + (1−β)·S``; 0.5: symmetric). The endpoints
+            are the KLs, as both backends compute them: 0 is the forward ``KL(T‖S)`` (cross-entropy
+            to the teacher, whose gradient on a confidently wrong student does not vanish as the
+            JSD's does), 1 the reverse ``KL(S‖T)``.
         temperature: softmax temperature of both distributions.
         token_clip: cap on each token's divergence, nats (``None``: no cap).
         max_sites_per_batch: most error sites distilled per micro-batch (the rest are skipped).
@@ -50,7 +54,7 @@ class SDPOConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     alpha: float = Field(default=0.0, ge=0)
-    jsd_beta: float = Field(default=0.5, gt=0, lt=1)
+    jsd_beta: float = Field(default=0.5, ge=0, le=1)
     temperature: float = Field(default=1.0, gt=0)
     token_clip: float | None = Field(default=None, gt=0)
     max_sites_per_batch: int = Field(default=16, ge=1)
