@@ -173,8 +173,9 @@ def _answer_region(text: str, boxes: int) -> str:
     command when it has fewer boxes). Brace matching inside it is unaffected by what comes before: a brace's match
     depends only on the text after it. Found with C-level ``rfind``s, not a scan of every box."""
     if boxes <= MAX_TRAILING_BOXES:
-        starts = [i for i in (text.find("\\boxed"), text.find("\\fbox")) if i >= 0]
-        return text[min(starts):] if starts else text
+        boxed, fbox = text.find("\\boxed"), text.find("\\fbox")
+        start = fbox if boxed < 0 else boxed if fbox < 0 else min(boxed, fbox)
+        return text[start:] if start >= 0 else text
     end = len(text)
     for _ in range(MAX_TRAILING_BOXES):
         end = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))

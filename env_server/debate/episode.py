@@ -215,7 +215,9 @@ class DebateEpisode:
                 turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
             self.role = None
         self.turns.append(turn)
-        self._transcript.append({"t": turn.t, "role": role.value, "round": turn.round, "content": content})
+        # enum members, not ``.value`` (a slow property on CPython 3.11): orjson writes a member
+        # as its value, so the bytes are the same
+        self._transcript.append({"t": turn.t, "role": role, "round": turn.round, "content": content})
         self._observations.append(self._serialize(turn))
         return turn
 
@@ -281,33 +283,26 @@ class DebateEpisode:
         return orjson.dumps(self.episode_id).join(parts)
 
     def _serialize(self, turn: TurnRecord | None) -> bytes:
-        """Build and serialise the observation after ``turn`` (``None``: the reset one)."""
-        metadata: dict[str, Any] = {
-            "episode_id": self.episode_id,
-            "turn": None,
-            "role": None,
-            "error_kind": None,
-            "hint_template_key": None,
-            "circular_critique": False,
-            "grading": "none",
-        }
-        if turn is not None:
+        """Build and serialise the observation after ``turn`` (``None``: the reset one).
+
+        Enum members go in as they are, not as ``.value`` (a slow property on CPython 3.11):
+        orjson writes a member as its value."""
+        metadata: dict[str, Any]
+        if turn is None:
+            metadata = {"episode_id": self.episode_id, "turn": None, "role": None, "error_kind": None,
+                        "hint_template_key": None, "circular_critique": False, "grading": "none"}
+        else:
             kind = turn.provisional_kind
-            metadata.update(
-                turn=turn.t,
-                role=turn.role.value,
-                error_kind=kind.value if kind else None,
-                hint_template_key=hint_key(turn.role, kind),
-                circular_critique=turn.circular,
-                grading="pending",
-            )
+            metadata = {"episode_id": self.episode_id, "turn": turn.t, "role": turn.role, "error_kind": kind,
+                        "hint_template_key": None if kind is None else hint_key(turn.role, kind),
+                        "circular_critique": turn.circular, "grading": "pending"}
         payload = {
             "observation": {
                 "episode_id": self.episode_id,
                 "problem_id": self.problem.problem_id,
                 "problem": self.problem.problem,
-                "mode": self.mode.value,
-                "role": self.role.value if self.role else None,
+                "mode": self.mode,
+                "role": self.role,
                 "t": len(self.turns),
                 "round": self.round,
                 "max_rounds": self.max_rounds,

@@ -34,6 +34,10 @@ SINGLE_SOLVER_PROMPT = (
 REVISE_REQUEST = "Revise your solution in light of this review. End with the final answer inside \\boxed{...}."
 
 
+#: "[Solver, round 1]": each role's name as the judge reads it
+_ROLE_TITLES: dict[Role, str] = {role: role.value.capitalize() for role in Role}
+
+
 def _msg(role: str, content: str) -> dict[str, str]:
     return {"role": role, "content": content}
 
@@ -86,7 +90,7 @@ def judge_messages(problem: str, transcript: Sequence[tuple[Role, int, str]]) ->
         transcript: ``(role, round, content)`` for every turn so far.
     """
     debate = "\n\n".join(
-        f"[{role.value.capitalize()}, round {rnd + 1}]\n{content}" for role, rnd, content in transcript
+        f"[{_ROLE_TITLES[role]}, round {rnd + 1}]\n{content}" for role, rnd, content in transcript
     )
     return [
         _msg("system", SYSTEM_PROMPTS[Role.JUDGE]),

@@ -13,7 +13,7 @@ correctness, and the facts have no verifier or judge (``verifier_accepted`` and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from env_server.debate.episode import DebateEpisode, TurnRecord
 from env_server.debate.error_sites import localised_hint
@@ -46,6 +46,11 @@ def _verifier_kind(turn: TurnRecord, reviewed: Grade) -> tuple[bool, ErrorKind |
     return False, ErrorKind.FALSE_ACCEPT if said_correct else ErrorKind.FALSE_REJECT
 
 
+def _raise_missing(episode: DebateEpisode, grades: Mapping[int, Grade]) -> NoReturn:
+    missing = [t.t for t in episode.turns if t.needs_grade and t.t not in grades]
+    raise ValueError(f"episode {episode.episode_id}: no grade for turns {missing}")
+
+
 def episode_rewards_data(
     episode: DebateEpisode, grades: Mapping[int, Grade], graded_at: float, session_id: str | None = None
 ) -> dict[str, Any]:
@@ -61,29 +66,35 @@ def episode_rewards_data(
     """
     if not episode.done:
         raise ValueError(f"episode {episode.episode_id} is not over")
-    missing = [t.t for t in episode.turns if t.needs_grade and t.t not in grades]
-    if missing:
-        raise ValueError(f"episode {episode.episode_id}: no grade for turns {missing}")
-
     turns: list[dict[str, Any]] = []
     solver_rewards: list[float] = []
     verifier_rewards: list[float] = []
+    circular = False
     for turn in episode.turns:
+        circular = circular or turn.circular
         if turn.role is Role.VERIFIER:
             assert turn.reviewed_t is not None
-            correct, kind = _verifier_kind(turn, grades[turn.reviewed_t])
+            reviewed = grades.get(turn.reviewed_t)
+            if reviewed is None:
+                _raise_missing(episode, grades)
+            correct, kind = _verifier_kind(turn, reviewed)
             reward, answer = float(correct), None
             verifier_rewards.append(reward)
         else:
-            grade = grades[turn.t]
+            grade = grades.get(turn.t)
+            if grade is None:
+                _raise_missing(episode, grades)
             correct, kind, answer = grade.correct, _answer_kind(turn, grade), turn.answer
             reward = float(correct) if turn.role is Role.SOLVER else 0.0
             if turn.role is Role.SOLVER:
                 solver_rewards.append(reward)
-        turns.append({"t": turn.t, "role": turn.role.value, "reward": reward,
-                      "error_kind": None if kind is None else kind.value,
-                      "hint_template_key": hint_key(turn.role, kind), "answer": answer, "correct": correct,
-                      "hint": localised_hint(episode.problem, turn.role, kind, answer)})
+        # enum members, not ``.value`` (a slow property on CPython 3.11): orjson writes a member as its value;
+        # the hint helpers are called only where they can answer something other than None
+        turns.append({"t": turn.t, "role": turn.role, "reward": reward, "error_kind": kind,
+                      "hint_template_key": None if kind is None else hint_key(turn.role, kind),
+                      "answer": answer, "correct": correct,
+                      "hint": localised_hint(episode.problem, turn.role, kind, answer)
+                      if kind is ErrorKind.WRONG_ANSWER else None})
 
     first_correct = solver_rewards[0] == 1.0
     last_solver_correct = solver_rewards[-1] == 1.0
@@ -122,7 +133,7 @@ def episode_rewards_data(
                 "verifier": float(first_correct),
                 "judge": float(last_solver_correct),
             },
-            "circular_critique": any(turn.circular for turn in episode.turns),
+            "circular_critique": circular,
         }
     return {
         "episode_id": episode.episode_id,
@@ -132,5 +143,5 @@ def episode_rewards_data(
         "episode_reward": float(final_correct),
         "facts": facts,
         "graded_at": graded_at,
-        "mode": episode.mode.value,
+        "mode": episode.mode,
     }

@@ -137,6 +137,13 @@ HINT_TEMPLATES: dict[str, str] = {
     "judge/too_long": f"Your decision was too long. Be concise. {_BOX}",
 }
 
+#: (role, kind) -> its key in ``HINT_TEMPLATES``, for the pairs that have a template: the
+#: lookup every step and every graded turn makes, without formatting a string each time
+_HINT_KEYS: dict[tuple[Role, ErrorKind], str] = {
+    (role, kind): f"{role.value}/{kind.value}"
+    for role in Role for kind in ErrorKind if f"{role.value}/{kind.value}" in HINT_TEMPLATES
+}
+
 
 def hint_key(role: Role | str, kind: ErrorKind | str | None) -> str | None:
     """Return the hint template key for an error of ``kind`` made by ``role``.
@@ -151,5 +158,4 @@ def hint_key(role: Role | str, kind: ErrorKind | str | None) -> str | None:
     """
     if kind is None:
         return None
-    key = f"{Role(role).value}/{ErrorKind(kind).value}"
-    return key if key in HINT_TEMPLATES else None
+    return _HINT_KEYS.get((Role(role), ErrorKind(kind)))
