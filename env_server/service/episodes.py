@@ -32,11 +32,13 @@ class EpisodeEntry:
         record_json: the rewards record serialised once graded (what pushes, pulls and the
             trajectory log send), else ``None``.
         episode_reward: the record's ``episode_reward`` once graded, else ``None``.
-        graded: resolved (with ``None``) when grading finishes.
+        graded: resolved (with ``None``) when grading finishes (made on first use: most
+            episodes have no waiter, and a future per episode was a measurable share of a
+            loaded server's time; ``benchmarks/README.md``).
         graded_at: monotonic time of grading (0 while pending), for retention.
     """
 
-    __slots__ = ("_record", "episode", "episode_reward", "graded", "graded_at", "grades", "record_json", "session_id")
+    __slots__ = ("_graded", "_record", "episode", "episode_reward", "graded_at", "grades", "record_json", "session_id")
 
     def __init__(self, episode: DebateEpisode, session_id: str | None) -> None:
         self.episode = episode
@@ -45,8 +47,21 @@ class EpisodeEntry:
         self.record_json: bytes | None = None
         self.episode_reward: float | None = None
         self._record: EpisodeRewards | None = None
-        self.graded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._graded: asyncio.Future[None] | None = None
         self.graded_at = 0.0
+
+    @property
+    def graded(self) -> asyncio.Future[None]:
+        """Resolved (with ``None``) when grading finishes; already resolved once graded.
+
+        Raises:
+            RuntimeError: no running event loop (the first use makes the future).
+        """
+        if self._graded is None:
+            self._graded = asyncio.get_running_loop().create_future()
+            if self.record_json is not None:
+                self._graded.set_result(None)
+        return self._graded
 
     @property
     def episode_id(self) -> str:
@@ -74,7 +89,8 @@ class EpisodeEntry:
         self.record_json = record_json
         self.episode_reward = episode_reward
         self.grades = {}
-        self.graded.set_result(None)
+        if self._graded is not None:
+            self._graded.set_result(None)
 
 
 class EpisodeStore:

@@ -147,15 +147,8 @@ class MuxConnection:
                         await send({"type": "websocket.send", "text": frame.decode()})
                     continue
                 # everything queued goes out together, in messages of bounded size
-                start = 0
-                while start < len(frames):
-                    end, size = start, 0
-                    while end < len(frames) and end - start < MAX_OUT_BATCH_FRAMES and size < MAX_OUT_BATCH_BYTES:
-                        size += len(frames[end])
-                        end += 1
-                    message = b"[" + b",".join(frames[start:end]) + b"]"
+                for message in _batch_messages(frames):
                     await send({"type": "websocket.send", "text": message.decode()})
-                    start = end
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the receive loop sees the disconnect and cleans up
 
@@ -353,6 +346,24 @@ class MuxConnection:
 
     def _ping(self, frame: PingFrame) -> bytes:
         return encode_frame("pong", frame.request_id, None, {"time": time.time()})
+
+
+def _batch_messages(frames: list[bytes]) -> list[bytes]:
+    """``frames`` as JSON arrays (RFC 0005) of at most ``MAX_OUT_BATCH_FRAMES`` frames and about
+    ``MAX_OUT_BATCH_BYTES`` (a message ends after the frame that reaches the size)."""
+    if len(frames) <= MAX_OUT_BATCH_FRAMES and sum(map(len, frames)) < MAX_OUT_BATCH_BYTES:
+        # the common case, one message: one copy of the frames (C-level), no Python loop over them
+        return [b"".join((b"[", b",".join(frames), b"]"))]
+    messages = []
+    start = 0
+    while start < len(frames):
+        end, size = start, 0
+        while end < len(frames) and end - start < MAX_OUT_BATCH_FRAMES and size < MAX_OUT_BATCH_BYTES:
+            size += len(frames[end])
+            end += 1
+        messages.append(b"[" + b",".join(frames[start:end]) + b"]")
+        start = end
+    return messages
 
 
 def _ids_of(obj: Any) -> tuple[Any, str | None]:
