@@ -114,7 +114,7 @@ class DebateEpisode:
         self.role: Role | None = Role.SOLVER
         self.round = 0
         self.accepted = False
-        self._rejected: set[str] = set()
+        self._rejected: set[str] | None = None  # made at the first rejection (most debates have none)
         #: the verifier's last review, normalised (``answers.normalize_critique``)
         self._last_review: str | None = None
         #: transcript entries, built once per turn and shared by every later observation
@@ -219,13 +219,17 @@ class DebateEpisode:
         # as its value, so the bytes are the same
         self._transcript.append({"t": turn.t, "role": role, "round": turn.round, "content": content})
         self._observations.append(self._serialize(turn))
+        if self.role is None:
+            # no observation follows: the transcript entries go now, while in cache, rather than
+            # when the retained episode is dropped (``benchmarks/README.md``, retention)
+            self._transcript.clear()
         return turn
 
     def _solver_turn(self, turn: TurnRecord) -> None:
         turn.answer = final_answer(turn.content)
         if turn.answer is None:
             turn.provisional_kind = ErrorKind.MISSING_FINAL_ANSWER
-        elif answer_key(turn.answer) in self._rejected:
+        elif self._rejected is not None and answer_key(turn.answer) in self._rejected:
             turn.provisional_kind = ErrorKind.REPEATED_REJECTED_ANSWER
             turn.circular = self.circular_stop
         if self.mode is EpisodeMode.SINGLE:
@@ -247,6 +251,8 @@ class DebateEpisode:
             self.role = Role.JUDGE
             return
         if reviewed.answer is not None:
+            if self._rejected is None:
+                self._rejected = set()
             self._rejected.add(answer_key(reviewed.answer))
         if self.circular_stop and review == self._last_review:
             turn.circular = True

@@ -17,6 +17,7 @@ from env_server.debate.episode import DebateEpisode
 from env_server.protocol.errors import EpisodeIdInUseError, UnknownEpisodeError
 from env_server.protocol.grades import Grade
 from env_server.protocol.models import EpisodeRewards
+from env_server.service.ids import RandomIds
 
 __all__ = ["EpisodeEntry", "EpisodeStore"]
 
@@ -88,7 +89,7 @@ class EpisodeEntry:
         with its ``episode_reward``, and wake the waiters."""
         self.record_json = record_json
         self.episode_reward = episode_reward
-        self.grades = {}
+        self.grades.clear()
         if self._graded is not None:
             self._graded.set_result(None)
 
@@ -106,12 +107,17 @@ class EpisodeStore:
         self.max_retained = max_retained
         self._entries: dict[str, EpisodeEntry] = {}
         self._graded: deque[tuple[float, str]] = deque()
+        self._ids = RandomIds()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, episode_id: str) -> bool:
         return episode_id in self._entries
+
+    def new_id(self) -> str:
+        """A new random episode id (128 bits, 32 hex characters; ``RandomIds``)."""
+        return self._ids.next()
 
     def add(self, entry: EpisodeEntry) -> None:
         """Register a new episode.

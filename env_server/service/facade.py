@@ -219,7 +219,7 @@ class DebateService(GradingFinalisation):
             seed = request.seed if request.seed is not None else self._rng.randrange(2**31)
             problem = self.problems.by_seed(seed)
         episode = DebateEpisode(
-            episode_id=request.episode_id or os.urandom(16).hex(),
+            episode_id=request.episode_id or self.episodes.new_id(),
             problem=problem,
             max_rounds=request.max_rounds or self.config.max_rounds,
             max_action_chars=self.config.max_action_chars,

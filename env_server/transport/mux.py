@@ -352,8 +352,11 @@ def _batch_messages(frames: list[bytes]) -> list[bytes]:
     """``frames`` as JSON arrays (RFC 0005) of at most ``MAX_OUT_BATCH_FRAMES`` frames and about
     ``MAX_OUT_BATCH_BYTES`` (a message ends after the frame that reaches the size)."""
     if len(frames) <= MAX_OUT_BATCH_FRAMES and sum(map(len, frames)) < MAX_OUT_BATCH_BYTES:
-        # the common case, one message: one copy of the frames (C-level), no Python loop over them
-        return [b"".join((b"[", b",".join(frames), b"]"))]
+        # the common case, one message: the brackets go on the end frames, so the frames are
+        # copied once (C-level), with no Python loop over them (``frames`` is the caller's to lose)
+        frames[0] = b"[" + frames[0]
+        frames[-1] = frames[-1] + b"]"
+        return [b",".join(frames)]
     messages = []
     start = 0
     while start < len(frames):
