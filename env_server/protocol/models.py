@@ -308,7 +308,9 @@ class RewardsStatus(BaseModel):
 # --------------------------------------------------------------------------- mux frames
 
 
-RequestId = Annotated[str | int, Field(union_mode="left_to_right")]
+RequestId = Annotated[str | Annotated[int, Field(ge=-(2**63), le=2**64 - 1)], Field(union_mode="left_to_right")]
+"""A client's request id, echoed in the reply: a string, or an integer that fits 64 bits (what a
+reply can carry back: orjson writes integers from -2**63 to 2**64 - 1)."""
 
 
 class _Frame(BaseModel):

@@ -141,3 +141,40 @@ def test_flood_of_id_less_elements_gets_one_error_and_the_connection_works(serve
             assert pong["type"] == "pong" and pong["request_id"] == "still here"
 
     run(main())
+
+
+def test_request_ids_over_64_bits_are_refused_and_the_connection_works(server_url) -> None:
+    """A reply must carry the request id back, and a JSON integer over 64 bits cannot be written:
+    such a frame is refused (alone or in a batch) instead of failing in the reply."""
+    big = 2**64
+    async def main() -> None:
+        async with websockets.connect(ws_url(server_url, "?batch=1"), max_size=None) as ws:
+            await ws.send(json.dumps({"type": "ping", "request_id": big}))
+            (alone,) = await recv_frames(ws, 1)
+            assert alone["type"] == "error" and alone["data"]["code"] == "VALIDATION_ERROR"
+            await ws.send(json.dumps([{"type": "ping", "request_id": 2**64 - 1}, {"type": "ping", "request_id": big},
+                                      {"type": "ping", "request_id": -(2**63)}]))
+            frames = await recv_frames(ws, 3)
+            assert [(f["type"], f["request_id"]) for f in frames] == [
+                ("pong", 2**64 - 1), ("error", None), ("pong", -(2**63))]
+
+    run(main())
+
+
+def test_whole_batches_after_a_bad_one_are_answered_in_order(server_url) -> None:
+    """Batches whose frames are all valid are parsed and validated in one pass; a batch with a bad
+    frame goes frame by frame (each frame its own answer); whole batches after it are answered
+    as before."""
+    async def main() -> None:
+        async with websockets.connect(ws_url(server_url, "?batch=1"), max_size=None) as ws:
+            await ws.send(json.dumps([{"type": "ping", "request_id": 1}, {"type": "ping", "request_id": 2, "data": 3},
+                                      {"type": "ping", "request_id": 3}]))
+            frames = await recv_frames(ws, 3)
+            assert [(f["request_id"], f["type"]) for f in frames] == [(1, "pong"), (2, "error"), (3, "pong")]
+            for first in (10, 20, 30):
+                await ws.send(json.dumps([{"type": "open", "request_id": first}, {"type": "ping", "request_id": first + 1}]))
+                opened, pong = await recv_frames(ws, 2)
+                assert (opened["type"], opened["request_id"], pong["type"], pong["request_id"]) == (
+                    "opened", first, "pong", first + 1)
+
+    run(main())
