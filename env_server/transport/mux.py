@@ -20,10 +20,10 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from env_server.protocol.errors import DebateError
@@ -94,10 +94,6 @@ class MuxConnection:
         self._waits: set[asyncio.Task[None]] = set()
         self._after_reply: bytes | None = None  # a push that must follow the current reply
         self._held: dict[str, list[tuple[Any, Any]]] = {}  # session id -> its frames held behind its grading backlog
-        #: batches are parsed and validated in one pass (``_valid_batch``) while they come whole;
-        #: ``_refused`` counts the frames refused by the frame-by-frame way
-        self._one_pass = True
-        self._refused = 0
         self._handlers: dict[str, Callable[[Any], bytes | None]] = {
             "open": self._open, "attach": self._attach, "reset": self._reset, "step": self._step,
             "state": self._state, "rewards": self._rewards, "close": self._close, "ping": self._ping,
@@ -174,14 +170,6 @@ class MuxConnection:
             for request_id, session_id in _answerable(_message_ids(raw)):
                 await self._reply(error_frame(ErrorCode.FRAME_TOO_LARGE, message, request_id, session_id, limit=limit))
             return
-        if self._one_pass and raw[:1] in _ARRAY_START:
-            if (frames := _valid_batch(raw)) is not None:
-                await self._run_batch(frames, self._valid_frame)
-                return
-            # a bad frame: this message, and the next ones until a batch comes whole, go frame
-            # by frame, so a client sending bad batches does not pay (and make the server pay)
-            # two parses per message
-            self._one_pass = False
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -196,22 +184,17 @@ class MuxConnection:
                     await self._reply(error_frame(ErrorCode.VALIDATION_ERROR, message, request_id, session_id,
                                                   max_batch_frames=MAX_BATCH_FRAMES))
             else:
-                refused = self._refused
-                await self._run_batch(obj, self._frame)
-                self._one_pass = self._refused == refused
+                # fair share: a long batch yields to the other connections every TIME_SLICE_S
+                # of work, so one connection's flood cannot hold the event loop
+                deadline = time.perf_counter() + TIME_SLICE_S
+                for item in obj:
+                    if (pending := self._frame(item)) is not None:
+                        await pending
+                    if time.perf_counter() > deadline:
+                        await asyncio.sleep(0)
+                        deadline = time.perf_counter() + TIME_SLICE_S
             return
         await self._handle_frame(obj)
-
-    async def _run_batch(self, items: list[Any], handle: Callable[[Any], Coroutine[Any, Any, None] | None]) -> None:
-        """Handle a batch's frames in order. Fair share: a long batch yields to the other
-        connections every TIME_SLICE_S of work, so one connection's flood cannot hold the event loop."""
-        deadline = time.perf_counter() + TIME_SLICE_S
-        for item in items:
-            if (pending := handle(item)) is not None:
-                await pending
-            if time.perf_counter() > deadline:
-                await asyncio.sleep(0)
-                deadline = time.perf_counter() + TIME_SLICE_S
 
     async def _handle_frame(self, obj: Any) -> None:
         """One decoded frame: validate, dispatch, reply (errors become error frames)."""
@@ -225,14 +208,12 @@ class MuxConnection:
         queue) is returned. A batch runs many frames per message; a coroutine per frame and per
         reply was a measurable share of a loaded server's time (``benchmarks/README.md``)."""
         if not isinstance(obj, dict):
-            self._refused += 1
             return self._send(error_frame(ErrorCode.VALIDATION_ERROR,
                                           "a frame must be a JSON object (or a message an array of frames)"))
         request_id = obj.get("request_id") if isinstance(obj.get("request_id"), (str, int)) else None
         session_id = obj.get("session_id") if isinstance(obj.get("session_id"), str) else None
         frame_type = obj.get("type")
         if frame_type not in CLIENT_FRAME_TYPES:
-            self._refused += 1
             return self._send(error_frame(
                 ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {frame_type!r} (expected one of {', '.join(CLIENT_FRAME_TYPES)})",
                 request_id, session_id,
@@ -240,17 +221,8 @@ class MuxConnection:
         try:
             frame = _FRAMES.validate_python(obj)
         except ValidationError as exc:
-            self._refused += 1
             return self._send(error_frame(ErrorCode.VALIDATION_ERROR, "Invalid message", request_id, session_id,
                                           errors=validation_errors(exc)))
-        return self._accept(frame, request_id, session_id)
-
-    def _valid_frame(self, frame: Any) -> Coroutine[Any, Any, None] | None:
-        """:meth:`_frame` for a frame validated with its batch (``_valid_batch``)."""
-        return self._accept(frame, frame.request_id, getattr(frame, "session_id", None))
-
-    def _accept(self, frame: Any, request_id: Any, session_id: str | None) -> Coroutine[Any, Any, None] | None:
-        """A validated frame: held behind its session's grading backlog, or run now."""
         if session_id is not None and (held := self._held.get(session_id)) is not None:
             if len(held) >= MAX_HELD_FRAMES:
                 return self._send(error_frame(
@@ -259,7 +231,7 @@ class MuxConnection:
             held.append((frame, request_id))
             return None
         pending = self._run(frame, request_id, session_id)
-        if session_id is not None and frame.type == "step":
+        if frame_type == "step" and session_id is not None:
             self._hold_if_backlogged(session_id)
         return pending
 
@@ -395,28 +367,6 @@ def _batch_messages(frames: list[bytes]) -> list[bytes]:
         messages.append(b"[" + b",".join(frames[start:end]) + b"]")
         start = end
     return messages
-
-
-#: a batch message's first character (RFC 0005), as text or bytes
-_ARRAY_START = ("[", b"[")
-_BATCH: TypeAdapter[list[Any]] = TypeAdapter(
-    Annotated[list[ClientFrame], Field(min_length=1, max_length=MAX_BATCH_FRAMES)])
-
-
-def _valid_batch(raw: str | bytes) -> list[Any] | None:
-    """The frames of a batch message when every one of them is valid, parsed and validated in
-    one pass by pydantic (``validate_json``), else ``None``: the message then goes the frame by
-    frame way, which answers each bad frame with its own error.
-
-    Parsing with orjson and then validating each frame's dict cost about 1.7 us per frame,
-    this about 1.0 (``benchmarks/README.md``). The two parsers differ where it does not matter
-    here: what pydantic's parser accepts beyond orjson (``NaN`` in a free-form ``metadata``,
-    integers over 64 bits, which ``RequestId`` refuses) never reaches a reply.
-    """
-    try:
-        return _BATCH.validate_json(raw)
-    except ValidationError:
-        return None
 
 
 def _ids_of(obj: Any) -> tuple[Any, str | None]:

@@ -162,9 +162,8 @@ def test_request_ids_over_64_bits_are_refused_and_the_connection_works(server_ur
 
 
 def test_whole_batches_after_a_bad_one_are_answered_in_order(server_url) -> None:
-    """Batches whose frames are all valid are parsed and validated in one pass; a batch with a bad
-    frame goes frame by frame (each frame its own answer); whole batches after it are answered
-    as before."""
+    """A batch with a bad frame answers each frame on its own (the bad one with an error); the
+    connection's later batches are answered as before."""
     async def main() -> None:
         async with websockets.connect(ws_url(server_url, "?batch=1"), max_size=None) as ws:
             await ws.send(json.dumps([{"type": "ping", "request_id": 1}, {"type": "ping", "request_id": 2, "data": 3},
