@@ -67,3 +67,16 @@ def test_env_throughput_benchmark_names_its_provenance() -> None:
     assert result["rows"][0]["sessions"] == 2
     check_provenance(result["provenance"], [load_problem_source(None).fingerprint()])
     assert result["provenance"]["config"]["sessions"] == [2]
+
+
+def test_mux_path_benchmark_plays_every_debate_and_names_its_provenance() -> None:
+    """``benchmarks/mux_path.py`` at tiny sizes: its figure counts only fully played, graded debates
+    (the child fails otherwise), one run per tree, the ratio against the first tree."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/mux_path.py", "--sessions", "8", "--connections", "2", "--rounds", "2",
+         "--repeats", "1"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    (tree,) = result["us_per_step"]
+    assert result["us_per_step"][tree] > 0 and result["ratio"][tree] == 1.0 and len(result["runs"][tree]) == 1
+    assert result["provenance"]["config"]["sessions"] == 8
