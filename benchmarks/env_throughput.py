@@ -168,10 +168,12 @@ def _children(pid: int) -> list[int]:
 
 
 def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by ``pid`` and its living descendants (the
-    grading workers), Linux ``/proc``; a process that exits in between counts as 0. Why: with the
-    load generator on the same cores, steps/s is bounded by client and server together; CPU per
-    step measures the server alone."""
+    """CPU seconds (user + system) used so far by ``pid`` and its descendants (the grading
+    workers), Linux ``/proc``: each living process's own time and that of its children it has
+    reaped (``cutime``, ``cstime``), so a worker replaced in between (pebble restarts one after a
+    timeout) still counts, through the process that waited for it. Why: with the load generator
+    on the same cores, steps/s is bounded by client and server together; CPU per step measures
+    the server alone."""
     ticks = os.sysconf("SC_CLK_TCK")
     total, todo = 0.0, [pid]
     while todo:
@@ -180,7 +182,8 @@ def tree_cpu_s(pid: int) -> float:
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14, 15 of stat)
+        # utime, stime, cutime, cstime (fields 14-17 of stat)
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / ticks
         todo += _children(current)
     return total
 

@@ -221,7 +221,7 @@ class DebateEpisode:
         self._observations.append(self._serialize(turn))
         if self.role is None:
             # no observation follows: the transcript entries go now, while in cache, rather than
-            # when the retained episode is dropped (``benchmarks/README.md``, retention)
+            # when the retained episode is dropped (``benchmarks/README.md``, "After the hot-path changes")
             self._transcript.clear()
         return turn
 
