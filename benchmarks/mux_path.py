@@ -3,11 +3,12 @@
 ``env_throughput.py`` measures the real server beside its load generator on the same cores, so
 a change of a few percent in the server's code drowns in the machine's noise. This script runs
 the server's code alone: a ``DebateService`` (1 grading worker, default retention) and
-``--connections`` ``MuxConnection``s whose WebSocket only collects what is sent, ``--sessions``
-sessions, and whole debates (reset, solver, verifier accepts, judge; reference answers, so every
-grade is known without a worker) fed to ``MuxConnection._handle`` as batch messages (RFC 0005)
-built beforehand. What it reports is the process's CPU time (``time.process_time``) per step,
-episode grading, rewards push and batch writing included, after a warm-up that fills retention.
+``--connections`` ``MuxConnection``s served as the route serves them (``run()``) over a WebSocket
+that hands out messages built beforehand and counts what is sent, ``--sessions`` sessions, and
+whole debates (reset, solver, verifier accepts, judge; reference answers, so every grade is
+known without a worker), one batch message (RFC 0005) per phase and connection. It reports the
+process's CPU time (``time.process_time``) per step, episode grading, rewards push and batch
+writing included, after a warm-up that fills retention.
 Uvicorn's and the websockets library's share (the socket, the framing) is not in it.
 
 Each tree (``--trees``, default: this checkout) runs in its own subprocess with that tree's
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +38,32 @@ ROOT = Path(__file__).resolve().parent.parent
 VERDICT = "The derivation holds. VERDICT: CORRECT"
 
 
-class _Collected:
-    """The WebSocket of a ``MuxConnection``: counts what is sent."""
+class _ScriptedSocket:
+    """The WebSocket of a ``MuxConnection``: hands out queued messages, counts what is sent."""
 
     def __init__(self) -> None:
-        self.messages = 0
+        self.sent = 0
+        self.queue: deque[bytes] = deque()
+        self.drained = asyncio.Event()
+        self._more = asyncio.Event()
+
+    def feed(self, messages: list[bytes]) -> None:
+        self.queue.extend(messages)
+        self.drained.clear()
+        self._more.set()
+
+    async def receive(self) -> dict[str, Any]:
+        while not self.queue:
+            self.drained.set()
+            self._more.clear()
+            await self._more.wait()
+        raw = self.queue.popleft()
+        if not raw:
+            return {"type": "websocket.disconnect", "code": 1000}
+        return {"type": "websocket.receive", "bytes": raw}
 
     async def send(self, message: dict[str, Any]) -> None:
-        self.messages += 1
+        self.sent += 1
 
 
 async def _measure(sessions: int, connections: int, rounds: int) -> float:
@@ -65,16 +85,23 @@ async def _measure(sessions: int, connections: int, rounds: int) -> float:
                                          grading=GradingConfig(workers=1)))
     await service.start()
     tune_gc()
-    conns = [MuxConnection(_Collected(), service, batch=True) for _ in range(connections)]  # type: ignore[arg-type]  # only send is used
-    writers = [asyncio.create_task(conn._write_loop()) for conn in conns]
+    sockets = [_ScriptedSocket() for _ in range(connections)]
+    conns = [MuxConnection(ws, service, batch=True) for ws in sockets]  # type: ignore[arg-type]  # receive and send are all it uses
+    served = [asyncio.create_task(conn.run()) for conn in conns]
     per = sessions // connections
-    for conn in conns:
-        await conn._handle(orjson.dumps([{"type": "open", "request_id": i} for i in range(per)]))
-    await asyncio.sleep(0.05)
+    for ws in sockets:
+        ws.feed([orjson.dumps([{"type": "open", "request_id": i} for i in range(per)])])
+
+    async def drained() -> None:
+        for ws in sockets:
+            await ws.drained.wait()
+        await asyncio.sleep(0.01)  # the last replies written, the last records pushed
+
+    await drained()
     source = load_problem_source(None)
     problems = [source.by_seed(i) for i in range(64)]
 
-    def messages(conn: MuxConnection, problem: Any) -> list[bytes]:
+    def episode(conn: MuxConnection, problem: Any) -> list[bytes]:
         ids = sorted(conn.session_ids)
         text = f"The answer is \\boxed{{{problem.answer}}}."
         out = [orjson.dumps([{"type": "reset", "request_id": i, "session_id": s, "data": {"problem_id": problem.problem_id}}
@@ -84,25 +111,21 @@ async def _measure(sessions: int, connections: int, rounds: int) -> float:
                                       "data": {"role": role, "content": content}} for i, s in enumerate(ids)]))
         return out
 
-    built = [[messages(conn, problem) for problem in problems] for conn in conns]
+    def play(first: int, count: int) -> None:
+        for ws, conn in zip(sockets, conns, strict=True):
+            ws.feed([raw for k in range(first, first + count) for raw in episode(conn, problems[k % len(problems)])])
 
-    async def round_(k: int) -> None:
-        for phase in range(4):
-            for c, conn in enumerate(conns):
-                await conn._handle(built[c][k % len(problems)][phase])
-            await asyncio.sleep(0)
-
-    for k in range(40):  # warm-up: caches, and retention filling up
-        await round_(k)
+    play(0, 40)  # warm-up: caches, and retention filling up
+    await drained()
     graded_before = service.counters["episodes_graded"]
     start = time.process_time()
-    for k in range(rounds):
-        await round_(k)
-    await asyncio.sleep(0.01)
+    play(40, rounds)
+    await drained()
     spent = time.process_time() - start
     graded = service.counters["episodes_graded"] - graded_before
-    for writer in writers:
-        writer.cancel()
+    for ws in sockets:
+        ws.feed([b""])  # disconnect
+    await asyncio.gather(*served)
     await service.shutdown()
     if graded != rounds * per * connections:  # every debate played through and graded, or the figure means nothing
         raise RuntimeError(f"{graded} episodes graded, expected {rounds * per * connections}")
