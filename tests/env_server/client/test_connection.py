@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -79,3 +80,22 @@ def test_connection_state_follows_connect_drop_reconnect_and_close(server_url: s
     assert asyncio.run(scenario()) == [ConnectionState.DISCONNECTED, ConnectionState.CONNECTED,
                                        ConnectionState.RECONNECTING, ConnectionState.CONNECTED,
                                        ConnectionState.DISCONNECTED]
+
+
+def test_mux_client_compresses_only_when_asked(server_url) -> None:
+    """``MuxClient`` negotiates no permessage-deflate by default (it cost the server about 1.6x its
+    CPU per step; benchmarks/README.md) and asks for it with ``compression="deflate"``; both play."""
+    from env_server.client import MuxClient
+
+    async def main() -> None:
+        async with MuxClient(server_url) as plain, MuxClient(server_url, compression="deflate") as deflated:
+            assert plain._ws.protocol.extensions == []
+            assert [type(e).__name__ for e in deflated._ws.protocol.extensions] == ["PerMessageDeflate"]
+            for client in (plain, deflated):
+                session = await client.open_session()
+                problem = GENERATOR.by_seed(5)
+                await session.reset(problem_id=problem.problem_id)
+                result = await session.step("solver", rf"\boxed{{{problem.answer}}}")
+                assert result.observation.role == "verifier"
+
+    asyncio.run(main())
