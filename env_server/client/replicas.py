@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Literal
 
 import websockets
 
@@ -67,7 +68,7 @@ class ReplicaPool:
     Args:
         urls: base URLs, a list or a comma-separated string.
         token: bearer token for every replica.
-        request_timeout_s, batch, reconnect_budget_s: for each replica's ``MuxClient``.
+        request_timeout_s, batch, reconnect_budget_s, compression: for each replica's ``MuxClient``.
         retry_down_s: how long a replica whose connection attempt failed gets no new sessions.
 
     Attributes:
@@ -78,10 +79,11 @@ class ReplicaPool:
 
     def __init__(self, urls: str | Sequence[str], token: str | None = None,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, batch: bool = True,
-                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S, retry_down_s: float = 5.0) -> None:
+                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S, retry_down_s: float = 5.0,
+                 compression: Literal["deflate"] | None = None) -> None:
         self.urls = parse_urls(urls)
-        self.clients = [MuxClient(url, token, request_timeout_s, batch=batch, reconnect_budget_s=reconnect_budget_s)
-                        for url in self.urls]
+        self.clients = [MuxClient(url, token, request_timeout_s, batch=batch, reconnect_budget_s=reconnect_budget_s,
+                                  compression=compression) for url in self.urls]
         self.retry_down_s = retry_down_s
         self.replays = 0
         self._down_until = [0.0] * len(self.clients)
@@ -149,9 +151,10 @@ class SyncReplicaPool:
 
     def __init__(self, urls: str | Sequence[str], token: str | None = None,
                  request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S, batch: bool = True,
-                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S, retry_down_s: float = 5.0) -> None:
+                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S, retry_down_s: float = 5.0,
+                 compression: Literal["deflate"] | None = None) -> None:
         self._runner = LoopThread()
-        self.pool = ReplicaPool(urls, token, request_timeout_s, batch, reconnect_budget_s, retry_down_s)
+        self.pool = ReplicaPool(urls, token, request_timeout_s, batch, reconnect_budget_s, retry_down_s, compression)
 
     @property
     def urls(self) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from env_server.client.connection import MuxClient
 from env_server.client.session import (
@@ -88,14 +88,15 @@ class SyncMuxSession:
 class SyncMuxClient:
     """Blocking facade of :class:`MuxClient`, for scripts and for trainers with synchronous
     environment code (TRL calls environment methods synchronously). Thread-safe: calls from
-    several threads share the one connection."""
+    several threads share the one connection. Arguments as :class:`MuxClient`'s."""
 
     def __init__(self, base_url: str, token: str | None = None, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
                  batch: bool = True, reconnect: bool = True,
-                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S) -> None:
+                 reconnect_budget_s: float = DEFAULT_RECONNECT_BUDGET_S,
+                 compression: Literal["deflate"] | None = None) -> None:
         self._runner = LoopThread()
         self._client = MuxClient(base_url, token, request_timeout_s, batch=batch, reconnect=reconnect,
-                                 reconnect_budget_s=reconnect_budget_s)
+                                 reconnect_budget_s=reconnect_budget_s, compression=compression)
         self._runner.run(self._client.connect())
 
     def open_session(self) -> SyncMuxSession:

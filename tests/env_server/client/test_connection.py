@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 from env_server.cli import running_server
 from env_server.client import MuxError, SyncMuxClient
@@ -99,3 +100,26 @@ def test_mux_client_compresses_only_when_asked(server_url) -> None:
                 assert result.observation.role == "verifier"
 
     asyncio.run(main())
+
+
+def test_sync_clients_pass_compression_on(server_url) -> None:
+    """``SyncMuxClient`` and ``SyncReplicaPool`` (the trainer's) negotiate no compression by default
+    and pass ``compression="deflate"`` on to their connections."""
+    from env_server.client import SyncMuxClient
+    from env_server.client.replicas import SyncReplicaPool
+
+    def extensions(client: Any) -> list[str]:
+        return [type(e).__name__ for e in client._ws.protocol.extensions]
+
+    for compression, expected in ((None, []), ("deflate", ["PerMessageDeflate"])):
+        with SyncMuxClient(server_url, compression=compression) as sync_client:
+            sync_client.open_session()
+            assert extensions(sync_client._client) == expected
+        pool = SyncReplicaPool(server_url, compression=compression)
+        try:
+            session = pool.open_session()
+            problem = GENERATOR.by_seed(6)
+            session.reset(problem_id=problem.problem_id)
+            assert extensions(pool.pool.clients[0]) == expected
+        finally:
+            pool.close()
