@@ -117,6 +117,11 @@ def openenv_version(kind: str) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
+#: ``--compiled-site``: a directory holding a compiled install of mathdebate (``setup.py``,
+#: ``MATHDEBATE_MYPYC=1``), imported first by our servers; empty: the checkout's pure Python
+COMPILED_SITE = [""]
+
+
 @contextmanager
 def server(kind: str, problems: str | None, workers: int, max_sessions: int, extra: Sequence[str] = ()):
     """Start one server process; yield ``(http_url, pid)``; stop it with SIGTERM.
@@ -127,6 +132,8 @@ def server(kind: str, problems: str | None, workers: int, max_sessions: int, ext
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if kind in ("ours", "journal"):
+        if COMPILED_SITE[0]:  # our servers import the compiled install first (--compiled-site)
+            env["PYTHONPATH"] = os.pathsep.join((COMPILED_SITE[0], str(REPO)))
         cmd = [sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--log-level", "warning",
                "--grading-workers", str(workers), "--max-sessions", str(max_sessions),
                "--max-sessions-per-connection", str(max_sessions), *extra]
@@ -141,7 +148,9 @@ def server(kind: str, problems: str | None, workers: int, max_sessions: int, ext
         cmd = [python, "-m", "uvicorn", "benchmarks.openenv_reference:app", "--port", str(port),
                "--log-level", "warning"]
     log = tempfile.NamedTemporaryFile(prefix=f"bench-{kind}-", suffix=".log", delete=False)  # noqa: SIM115  the server subprocess writes it until stop
-    process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # ``python -m`` puts its working directory first on the path: a compiled site's servers start in it
+    cwd = COMPILED_SITE[0] if kind in ("ours", "journal") and COMPILED_SITE[0] else REPO
+    process = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, timeout_s=120, process=process)
@@ -597,7 +606,12 @@ def main(argv: list[str] | None = None) -> int:
                              "with many sessions this holds them open at a steady offered load")
     parser.add_argument("--repeats", type=int, default=1, help="runs per row; the median is reported")
     parser.add_argument("--no-batch", action="store_true", help="our connections send one frame per message")
+    parser.add_argument("--compiled-site", default="",
+                        help="a directory with a compiled install of mathdebate (setup.py, MATHDEBATE_MYPYC=1: "
+                             "pip install --no-deps --target DIR WHEEL) that our servers import first; the "
+                             "OpenEnv reference servers stay as their deployment runs them")
     args = parser.parse_args(argv)
+    COMPILED_SITE[0] = str(Path(args.compiled_site).resolve()) if args.compiled_site else ""
 
     rows: list[Row] = []
     memory: dict[str, float] = {}

@@ -244,17 +244,19 @@ def wait_healthy(url: str, timeout_s: float = 60.0, process: subprocess.Popen[An
 
 @contextlib.contextmanager
 def running_server(extra_args: Sequence[str] = (), port: int | None = None,
-                   env: dict[str, str] | None = None) -> Iterator[str]:
+                   env: dict[str, str] | None = None, cwd: str | None = None) -> Iterator[str]:
     """Start ``mathdebate serve`` in a subprocess; yield its URL; stop it with SIGTERM.
 
     Args:
         extra_args: more ``serve`` arguments.
         port: the port (default: a free one).
         env: extra environment variables for the server (e.g. the auth token).
+        cwd: the server's working directory (default: this process's); ``python -m`` puts it
+            first on the import path.
     """
     port = port or free_port()
     cmd = [sys.executable, "-m", "env_server.cli", "serve", "--port", str(port), "--log-level", "warning", *extra_args]
-    process = subprocess.Popen(cmd, env={**os.environ, **(env or {})})
+    process = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process=process)
