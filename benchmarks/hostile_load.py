@@ -61,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from env_throughput import (
+    COMPILED_SITE,
     VERDICT,
     MuxConnection,
     Tally,
@@ -229,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
                         choices=["calm", "flood-one", "flood-spread", "flood-same"])
     parser.add_argument("--fairness", choices=["on", "off", "both"], default="both",
                         help="the server's --grading-fairness; both: each mode under off and on, interleaved")
+    parser.add_argument("--compiled-site", default="",
+                        help="a compiled install of mathdebate the server imports first (env_throughput.py's option)")
     args = parser.parse_args(argv)
+    COMPILED_SITE[0] = str(Path(args.compiled_site).resolve()) if args.compiled_site else ""
     fairness = ["off", "on"] if args.fairness == "both" else [args.fairness]
     modes = args.modes if "calm" in args.modes else ["calm", *args.modes]
     keys = [f"{mode}/{fair}" for mode in modes for fair in fairness]
