@@ -9,7 +9,7 @@
 # `--find-links <a local folder served over HTTP> torch==2.13.0+cpu`, so it never downloads a CUDA
 # build (the `train` extra's torch range then installs nothing more).
 ARG BASE_IMAGE=python:3.11-slim
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS deps
 
 ARG EXTRAS=""
 ARG TORCH_PIP_ARGS=""
@@ -28,9 +28,30 @@ extras = [e for e in os.environ.get('EXTRAS', '').split(',') if e]; \
 print('\n'.join(p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
+
+# The package, as a wheel built in a stage of its own. MYPYC=1 (the default) compiles the env
+# server's hot path with mypyc (setup.py; about 0.8x the server CPU per step, benchmarks/README.md
+# "Compiled hot path"); the C compiler and mypy stay in this stage, out of the image. MYPYC=0: a
+# pure-Python wheel (docker-compose.yml builds the trainer so: it serves nothing).
+FROM deps AS wheel
+ARG MYPYC=1
+RUN if [ "$MYPYC" = 1 ]; then \
+      apt-get update \
+      && apt-get install -y --no-install-recommends gcc libc6-dev \
+      && { python -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+           || apt-get install -y --no-install-recommends python3-dev; } \
+      && rm -rf /var/lib/apt/lists/* \
+      && pip install "mypy==2.4.1" "setuptools>=77" wheel; \
+    fi
+COPY setup.py ./
 COPY env_server ./env_server
 COPY trainer_client ./trainer_client
-RUN pip install --no-deps .
+RUN if [ "$MYPYC" = 1 ]; then MATHDEBATE_MYPYC=1 pip wheel --no-deps --no-build-isolation . -w /wheels; \
+    else pip wheel --no-deps . -w /wheels; fi
+
+FROM deps
+COPY --from=wheel /wheels /tmp/wheels
+RUN pip install --no-deps /tmp/wheels/*.whl && rm -rf /tmp/wheels
 
 # Non-root user; grading workers inherit it. /outputs and /cache are where docker-compose.yml
 # mounts named volumes: a fresh named volume takes this ownership, so the user can write there.

@@ -168,6 +168,10 @@ timed_start
 compose up -d --wait --wait-timeout 120 env > "$STATE/up-env.log" 2>&1 \
     || { cat "$STATE/up-env.log"; compose logs env | tail -30; fail "env did not become healthy"; }
 timed_end "env-healthy"
+# The env image's hot path is compiled (Dockerfile, MYPYC=1): the server imports the C extensions.
+served=$(docker exec -w / "$(container env)" python -c "import env_server.transport.mux as m; print(m.__file__)") \
+    || fail "could not import the server in the env container"
+case "$served" in *.so) ;; *) fail "the env image serves the pure-Python hot path ($served), not the compiled one" ;; esac
 timed_start
 report=$(play "http://127.0.0.1:$ENV_PORT" "$EPISODES") || fail "playing $EPISODES debates against env failed"
 [ "$(jget "$report" "d['episodes']")" = "$EPISODES" ] && [ "$(jget "$report" "d['failed']")" = 0 ] \
