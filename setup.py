@@ -2,10 +2,10 @@
 
 ``MATHDEBATE_MYPYC=1`` compiles the modules in :data:`HOT_PATH` to C extensions with mypyc
 (mypy's compiler, the way mypy and black ship); the ``.py`` sources stay in the wheel and
-every other module stays pure Python. The compiled modules took 0.77x the server CPU per step
+every other module stays pure Python. The compiled modules took about 0.8x the server CPU per step
 of the pure ones on ``/ws/mux`` (``benchmarks/README.md``, "Compiled hot path"). Without the
 variable the wheel is pure Python, as before. mypyc needs mypy at build time, so build without
-isolation, with the pinned mypy and a C compiler::
+isolation, with the mypy the dev extra pins and a C compiler::
 
     pip install "mypy==2.4.1" "setuptools>=77" wheel
     MATHDEBATE_MYPYC=1 pip install --no-build-isolation .
