@@ -125,12 +125,12 @@ def machine() -> dict[str, Any]:
 
 def server_info(url: str, token: str | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
     """What an env server says about itself: ``url``, ``name`` and ``version`` (``/metadata``),
-    ``problem_source`` and ``problem_fingerprint`` (``/stats``). A server that cannot be read
-    gives ``{"url", "error"}`` (provenance never fails a run)."""
+    ``compiled`` (its hot path built with mypyc), ``problem_source`` and ``problem_fingerprint``
+    (``/stats``). A server that cannot be read gives ``{"url", "error"}`` (provenance never fails a run)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     out: dict[str, Any] = {"url": url}
     try:
-        for path, keys in (("/metadata", ("name", "version")), ("/stats", ("problem_source", "problem_fingerprint"))):
+        for path, keys in (("/metadata", ("name", "version")), ("/stats", ("compiled", "problem_source", "problem_fingerprint"))):
             request = urllib.request.Request(url.rstrip("/") + path, headers=headers)
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 data = json.loads(response.read())

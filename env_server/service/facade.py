@@ -437,12 +437,12 @@ class DebateService(GradingFinalisation):
         return self.problems.fingerprint()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for operators and benchmarks (sessions, episodes, steps, grading) and what is
-        served, for runs' provenance (``version``, ``problem_source``, ``problem_fingerprint``)."""
+        """Counters for operators and benchmarks (sessions, episodes, steps, grading) and what is served, for runs'
+        provenance (``version``; ``compiled``: the hot path built with mypyc, setup.py; the problem source)."""
         return {
-            "version": env_server.__version__, "problem_source": self.problems.name,
-            "problem_fingerprint": self.problem_fingerprint, "sessions": len(self.sessions),
-            "episodes": len(self.episodes), **self.counters,
+            "version": env_server.__version__, "compiled": not __file__.endswith(".py"),
+            "problem_source": self.problems.name, "problem_fingerprint": self.problem_fingerprint,
+            "sessions": len(self.sessions), "episodes": len(self.episodes), **self.counters,
             "grading": dict(self.grader.stats), "grade_cache_entries": len(self.grader.cache),
         }
 

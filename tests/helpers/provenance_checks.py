@@ -44,3 +44,4 @@ def check_provenance(record: Mapping[str, Any], fingerprints: Sequence[str] = ()
     for entry in servers:
         assert entry["version"] == env_server.__version__ and entry["name"] == "mathdebate"
         assert entry["problem_source"] and entry["url"].startswith("http://127.0.0.1:")
+        assert entry["compiled"] is False  # the tests' servers run the checkout's pure Python
