@@ -10,6 +10,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,11 @@ async def _play(url: str) -> list[Any]:
     return out
 
 
+def _stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "/stats", timeout=10) as response:
+        return dict(orjson.loads(response.read()))
+
+
 def _serves(proc: Path, port: int) -> bool:
     try:
         argv = (proc / "cmdline").read_bytes().split(b"\0")
@@ -119,6 +125,7 @@ def _serves(proc: Path, port: int) -> bool:
 def test_the_compiled_server_plays_as_the_pure_one(compiled_site: Path) -> None:
     with running_server(["--grading-workers", "1"]) as url:
         pure = asyncio.run(_play(url))
+        pure_stats = _stats(url)
     port = free_port()
     with running_server(["--grading-workers", "1"], port=port, env={"PYTHONPATH": str(compiled_site)},
                         cwd=str(compiled_site)) as url:
@@ -126,7 +133,9 @@ def test_the_compiled_server_plays_as_the_pure_one(compiled_site: Path) -> None:
         mapped = (Path("/proc") / pid / "maps").read_text()
         assert f"{compiled_site}/env_server/transport/mux.cpython" in mapped  # the compiled modules serve
         compiled = asyncio.run(_play(url))
+        compiled_stats = _stats(url)
     assert compiled == pure
+    assert [stats["compiled"] for stats in (pure_stats, compiled_stats)] == [False, True]  # /stats says which
     rewards = [record["episode_reward"] for _, record in pure[:-1]]
     assert rewards == [1.0, 1.0, 0.0, 1.0]
     assert [code for _, _, code in pure[-1]][:3] == ["UNKNOWN_SESSION", "UNKNOWN_TYPE", "VALIDATION_ERROR"]
