@@ -440,7 +440,7 @@ class DebateService(GradingFinalisation):
         """Counters for operators and benchmarks (sessions, episodes, steps, grading) and what is served, for runs'
         provenance (``version``; ``compiled``: the hot path built with mypyc, setup.py; the problem source)."""
         return {
-            "version": env_server.__version__, "compiled": not __file__.endswith(".py"),
+            "version": env_server.__version__, "compiled": not __file__.endswith((".py", ".pyc")),
             "problem_source": self.problems.name, "problem_fingerprint": self.problem_fingerprint,
             "sessions": len(self.sessions), "episodes": len(self.episodes), **self.counters,
             "grading": dict(self.grader.stats), "grade_cache_entries": len(self.grader.cache),
