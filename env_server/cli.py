@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE
 from env_server.grading.pool import GradingConfig
 from env_server.protocol.markers import EpisodeMode
 from env_server.service.config import AUTH_TOKEN_ENV, ServerConfig
@@ -164,11 +165,15 @@ def add_play_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problems", default=None, help="the same problem source the server serves")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON line at the end")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--max-failed-share", type=float, default=DEFAULT_MAX_FAILED_SHARE,
+                        help="exit 3 when more than this share of the episodes failed on the env server's side "
+                             f"(not graded in time, replica lost, protocol error; default {DEFAULT_MAX_FAILED_SHARE:g})")
 
 
 def print_report(report: PlayReport, title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from env_server.tables import print_whole
 
     summary = report.summary()
     table = Table(title=title)
@@ -193,11 +198,13 @@ def print_report(report: PlayReport, title: str) -> None:
     ]
     for name, value in rows:
         table.add_row(name, value)
-    Console().print(table)
+    print_whole(table)  # whole when piped to a file too (rich would cut cells at 80 columns)
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    """Play scripted debates against ``--url`` and print the report."""
+    """Play scripted debates against ``--url`` and print the report. Failed episodes are not
+    scored: when any failed, the first line says how many and why; exit 3 when more than
+    ``--max-failed-share`` of the episodes failed (``docs/failures.md``), else 0."""
     from env_server.client.play import play
     from env_server.debate.problems import load_problem_source
 
@@ -207,10 +214,18 @@ def cmd_play(args: argparse.Namespace) -> int:
         token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
         mode=args.mode, replay_after_s=getattr(args, "replay_after", 30.0),
     ))
+    tally = report.failures
+    if tally.failed:  # the first thing the user reads
+        print(f"FAILED: {tally.failed} of {tally.requests} episodes failed and are not scored: {tally.reasons_line()}",
+              flush=True)
     print_report(report, f"mathdebate play: {args.policy} policy on {problems.name}")
     if args.json:
         print(json.dumps(report.summary()))
-    return 0 if report.failed == 0 else 1
+    max_share = getattr(args, "max_failed_share", DEFAULT_MAX_FAILED_SHARE)
+    if tally.exceeds(max_share):
+        print(f"mathdebate play: {tally.limit_message('episodes', max_share, '--max-failed-share')}", file=sys.stderr)
+        return FAILED_RUN_EXIT_CODE
+    return 0
 
 
 def free_port() -> int:

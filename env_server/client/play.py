@@ -12,6 +12,13 @@ Policies (all three roles are scripted):
 The driver knows the problems (it loads the same source as the server) and starts each episode
 with ``reset(problem_id=...)``; it reports accuracy, per-role rewards, error kinds, throughput
 and step latency. With ``mode="single"`` every episode is the solver's one answer (RFC 0006).
+
+An episode the env server could not finish (no rewards record in time, its replica lost past
+every replay, a protocol error) is *failed*: it is left out of the accuracy and counted with a
+typed reason and the server's message (:class:`PlayReport` ``failures``, a
+:class:`~env_server.client.failures.FailureTally` over the episodes: each episode is one request
+to the environment). ``mathdebate play`` exits 3 when more than ``--max-failed-share`` of them
+failed (``docs/failures.md``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, MuxSession, SessionLostError
+from env_server.client.failures import FailureTally, RequestFailure, first_lines
 from env_server.client.replicas import NoReplicaError, ReplicaPool
 from env_server.debate.answers import final_answer
 from env_server.debate.problems import Problem, ProblemSource
@@ -87,7 +95,9 @@ class ScriptedDebaters:
 
 @dataclass
 class PlayReport:
-    """Aggregates of a play run."""
+    """Aggregates of a play run: graded episodes only (``episodes``, accuracy, rewards), and
+    the failed ones apart (``failed``, ``errors`` by code, ``failures``: one request per episode
+    attempted, each failure typed with its message)."""
 
     episodes: int = 0
     failed: int = 0
@@ -105,6 +115,14 @@ class PlayReport:
     replays: int = 0
     #: episodes per replica URL (where each graded episode was played)
     per_replica: Counter[str] = field(default_factory=Counter)
+    #: every episode attempted (one request each) and the failed ones, typed with their message
+    failures: FailureTally = field(default_factory=FailureTally)
+
+    def fail(self, code: str, failure: RequestFailure) -> None:
+        """Count a failed episode (not scored) under ``code`` and its typed ``failure``."""
+        self.failed += 1
+        self.errors[code] += 1
+        self.failures.fail(failure)
 
     def add(self, record: EpisodeRewards) -> None:
         self.episodes += 1
@@ -143,6 +161,7 @@ class PlayReport:
             "step_p99_ms": round(self.latency_ms(0.99), 2),
             "replays": self.replays,
             "per_replica": dict(self.per_replica),
+            "failures": self.failures.summary(),
         }
 
 
@@ -172,8 +191,9 @@ async def _play_episode(session: MuxSession, debaters: ScriptedDebaters, problem
         report.steps += 1
     record = await session.rewards(wait=True, timeout_s=GRADED_EPISODE_WAIT_S)
     if record is None:
-        report.failed += 1
-        report.errors["rewards_timeout"] += 1
+        report.fail("rewards_timeout", RequestFailure(
+            "env_rewards_timeout", f"no rewards record for episode {session.episode_id} within "
+                                   f"{GRADED_EPISODE_WAIT_S:.0f} s"))
         return False
     report.add(record)
     return True
@@ -228,6 +248,7 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
                     i = queue.get_nowait()
                 except asyncio.QueueEmpty:
                     return
+                report.failures.request()
                 try:
                     for attempt in range(MAX_REPLAYS + 1):
                         try:
@@ -239,16 +260,15 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
                             break
                         except NoReplicaError:
                             raise
-                        except (SessionLostError, ConnectionError):  # its replica is gone: play it elsewhere
+                        except (SessionLostError, ConnectionError) as exc:  # its replica is gone: play it elsewhere
                             session = None
                             if attempt == MAX_REPLAYS:
-                                report.failed += 1
-                                report.errors["replica_lost"] += 1
+                                report.fail("replica_lost", RequestFailure(
+                                    "env_replica_lost", first_lines(f"{type(exc).__name__}: {exc}")))
                             else:
                                 report.replays += 1
                 except MuxError as exc:
-                    report.failed += 1
-                    report.errors[exc.code] += 1
+                    report.fail(exc.code, RequestFailure(f"env_{exc.code.lower()}", first_lines(str(exc))))
                     if exc.code == "UNKNOWN_PROBLEM":
                         raise RuntimeError(
                             "the server serves another problem set: give `play` the same --problems as `serve`"

@@ -168,21 +168,30 @@ def test_self_consistency_votes_over_final_answers(tmp_path, server_url, chat_en
     assert results["mean_votes"] == 3.0 and results["pass_at_n"] == 1.0
 
 
-def test_failed_requests_forfeit_the_turn_and_the_run_goes_on(tmp_path, server_url, chat_endpoint):
+def test_a_failed_request_fails_its_episode_and_the_run_goes_on(tmp_path, server_url, chat_endpoint, capsys):
+    """A verifier endpoint answering 500 (retried once): every debate fails at the verifier's
+    turn, is left out of every accuracy (not graded as a missing verdict), and the run says so
+    and exits 3 (tests/e2e/test_eval_failures.py has each way of failing)."""
     url, fixture = chat_endpoint
     before = fixture.requests["broken"]
-    results = _eval(tmp_path, server_url, "--policy", f"openai:{url}#oracle", "--policy-verifier",
-                    f"openai:{url}#broken", "--retries", "1")
-    assert results["requests_failed"] == LIMIT and results["episodes_failed"] == 0
-    assert results["error_kinds"]["missing_verdict"] == LIMIT
-    assert results["accuracy"] == 1.0  # the judge still boxes the solver's right answer
+    out = tmp_path / "eval"
+    code = main(["eval", "--env-url", server_url, "--limit", str(LIMIT), "--output-dir", str(out), "--no-progress",
+                 "--concurrency", "4", "--policy", f"openai:{url}#oracle", "--policy-verifier", f"openai:{url}#broken",
+                 "--retries", "1"])
+    assert code == 3
+    results = json.loads((out / "results.json").read_text())
+    assert results["requests_failed"] == LIMIT and results["episodes_failed"] == LIMIT
+    assert results["failed_problems"] == LIMIT and results["accuracy"] is None and results["error_kinds"] == {}
+    assert results["failures"]["reasons"] == {"http_500": {"count": LIMIT,
+                                                           "example": "fixture: broken model (after 1 retries)"}}
     assert fixture.requests["broken"] - before == 2 * LIMIT  # one try and one retry per turn
     assert all(line["turns"][1]["forfeit"] == "request_failed" and "500" in line["turns"][1]["error"]
-               for line in _trajectories(tmp_path))
+               and line["rewards"] is None for line in _trajectories(tmp_path))
+    assert capsys.readouterr().out.startswith(f"FAILED: {LIMIT} of {LIMIT} episodes failed")
 
     before = fixture.requests["flaky"]
     flaky = _eval(tmp_path, server_url, "--mode", "single", "--policy", f"openai:{url}#flaky", "--retries", "2")
-    assert flaky["requests_failed"] == 0 and flaky["accuracy"] == 1.0
+    assert flaky["requests_failed"] == 0 and flaky["accuracy"] == 1.0 and flaky["failed_problems"] == 0
     assert fixture.requests["flaky"] - before == 2 * LIMIT  # each first try failed, its retry succeeded
 
 

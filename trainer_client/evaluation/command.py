@@ -9,6 +9,12 @@ Without ``--env-url`` it starts its own server on the problems (and stops it aft
 ``i`` of the run is ``source.by_seed(--seed + i)``: the first K problems of a file in order.
 Writes ``DIR/results.json`` and ``DIR/trajectories.jsonl``
 (:mod:`~trainer_client.evaluation.results`) and prints a table.
+
+Failures (``docs/failures.md``): an episode whose model request failed for good is not scored.
+When any episode failed, the first line printed says how many and why (the server's own
+message); when more than ``--max-failed-share`` (default 5%) of the model requests, or of the
+episodes on the env server, failed, the command exits 3 after writing and printing its results,
+with that share and the first failure on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE
 from env_server.protocol.markers import Role
 
 __all__ = ["add_eval_command", "cmd_eval"]
@@ -56,7 +63,12 @@ def add_eval_command(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     p.add_argument("--max-concurrent-requests", type=int, default=16, help="endpoint requests in flight, per policy")
     p.add_argument("--timeout", type=float, default=60.0, help="per endpoint request, seconds")
-    p.add_argument("--retries", type=int, default=3, help="retries of a failed endpoint request")
+    p.add_argument("--retries", type=int, default=3,
+                   help="retries of an endpoint request that failed (timeouts, dropped connections, 408/409/429/5xx; "
+                        "the openai client's backoff); a request that still fails fails its episode, never scored")
+    p.add_argument("--max-failed-share", type=float, default=DEFAULT_MAX_FAILED_SHARE,
+                   help="exit 3 when more than this share of the model requests (or of the episodes on the env "
+                        f"server) failed (default {DEFAULT_MAX_FAILED_SHARE:g})")
     p.add_argument("--max-new-tokens", type=int, default=1024)
     p.add_argument("--batch-size", type=int, default=16, help="a local model's generation batch")
     p.add_argument("--cost-per-million", type=float, nargs=2, default=(0.0, 0.0), metavar=("INPUT", "OUTPUT"),
@@ -68,7 +80,8 @@ def add_eval_command(sub: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Run ``mathdebate eval``; exit 2 on a bad policy or option (one line on stderr)."""
+    """Run ``mathdebate eval``; exit 2 on a bad policy or option (one line on stderr), 3 when
+    more than ``--max-failed-share`` of the requests failed (after the results are written)."""
     import sys
 
     from env_server import cli as server_cli
@@ -76,7 +89,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from env_server.protocol.models import AUTH_TOKEN_ENV
     from env_server.provenance import provenance, server_info
     from trainer_client.evaluation.policies import PolicyOptions
-    from trainer_client.evaluation.results import print_table, summarise, write_outputs
+    from trainer_client.evaluation.results import failure_headline, print_table, summarise, write_outputs
     from trainer_client.evaluation.runner import EvalSettings, evaluate_problems
     from trainer_client.evaluation.specs import build_policies
 
@@ -88,6 +101,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 2
     if args.limit < 1 or args.n < 1:
         print("mathdebate eval: --limit and --n must be at least 1", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.max_failed_share <= 1.0:
+        print("mathdebate eval: --max-failed-share is a share in [0, 1]", file=sys.stderr)
         return 2
     source = load_problem_source(problems_spec)
     problems = [source.by_seed(args.seed + i) for i in range(args.limit)]
@@ -121,16 +137,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     if args.env_url:
-        results, counters = asyncio.run(run(args.env_url))
+        results, totals = asyncio.run(run(args.env_url))
     else:
         serve_args = ["--grading-workers", "1"] + (["--problems", problems_spec] if problems_spec else [])
         with server_cli.running_server(serve_args) as url:
-            results, counters = asyncio.run(run(url))
-    summary = summarise(results, settings, policies, counters, time.perf_counter() - start, options.cost_per_million)
+            results, totals = asyncio.run(run(url))
+    summary = summarise(results, settings, policies, totals, time.perf_counter() - start, options.cost_per_million)
     summary["provenance"] = {**provenance({k: v for k, v in vars(args).items() if k != "func"}), "env_servers": servers}
     out = Path(args.output_dir)
     write_outputs(out, summary, results, settings)
+    headline = failure_headline(summary)
+    if headline is not None:  # the first thing the user reads: how many failed, and why
+        print(headline, flush=True)
     print_table(summary)
-    print(json.dumps({k: summary[k] for k in ("accuracy", "accuracy_ci95", "n_problems", "mode", "strategy")}))
+    print(json.dumps({k: summary[k] for k in ("accuracy", "accuracy_ci95", "n_problems", "scored_problems",
+                                              "failed_problems", "mode", "strategy")}))
     print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
+    for tally, what in ((totals.requests, "model requests"), (totals.env, "episodes on the env server")):
+        if tally.exceeds(args.max_failed_share):
+            print(f"mathdebate eval: {tally.limit_message(what, args.max_failed_share, '--max-failed-share')}",
+                  file=sys.stderr)
+            return FAILED_RUN_EXIT_CODE
     return 0

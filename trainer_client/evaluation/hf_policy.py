@@ -130,9 +130,12 @@ class HFPolicy(Policy):
         context = self._context(request)
         try:
             text = await self._generate(context, request.temperature)
-        except Exception as exc:  # e.g. out of memory: forfeit this turn, keep the run going
+        except Exception as exc:  # e.g. out of memory: this episode fails (not scored), the run goes on
+            from env_server.client.failures import RequestFailure, first_lines
+
             self.counters["failed"] += 1
-            return TurnReply(None, [], error=f"{type(exc).__name__}: {exc}"[:500])
+            failure = RequestFailure("generation_error", first_lines(f"{type(exc).__name__}: {exc}"))
+            return TurnReply(None, [], error=failure.describe(), failure=failure)
         content = role_tool_action(text, request.role)
         if content is None:
             content = own_text(text).strip()[:4096] or FORFEIT_ACTION

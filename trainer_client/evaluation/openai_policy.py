@@ -4,8 +4,12 @@ The request is the role's chat exactly as the env server built it (``observation
 the role's system prompt, the problem, the debate so far) and the reply's text is the action.
 Calls go through the official ``openai`` client (its own retries with exponential backoff on
 connection errors, 408/409/429 and 5xx, and its timeout), at most ``max_concurrency`` in
-flight per policy. A call that still fails returns ``content=None``: the runner forfeits the
-turn and the failure is counted; the run goes on.
+flight per policy. A call that still fails (an error status, a timeout, a dropped connection, a
+200 that is not a chat completion) returns ``content=None`` with the typed failure and the
+server's own message (:mod:`trainer_client.request_failures`): the runner marks the episode
+failed, leaves it out of every accuracy and counts it; the run goes on. A reply whose message
+has no text (and, in the tool layout, no call) is the model's own blank answer, not a failure:
+``content=""``, which the runner forfeits and scores.
 
 The key is read from the environment variable named by ``--api-key-env`` (never from the
 command line); without one the client sends the placeholder ``EMPTY`` that local servers such
@@ -30,6 +34,7 @@ from typing import Any
 
 from env_server.protocol.markers import Role
 from trainer_client.evaluation.policies import Policy, PolicyOptions, TurnReply, TurnRequest
+from trainer_client.request_failures import failure_from_exception, validated_choice
 
 __all__ = ["OpenAIPolicy", "accept_prob_from_logprobs"]
 
@@ -128,28 +133,31 @@ class OpenAIPolicy(Policy):
                 response = await self.client.chat.completions.create(
                     model=self.model, messages=messages, temperature=request.temperature,  # type: ignore[arg-type]  # openai types messages as TypedDicts; these are the server's plain chat dicts
                     max_tokens=self.options.max_new_tokens, seed=self._seed(request), **extra)
-            except Exception as exc:  # the openai client has retried; any failure forfeits this turn
+                choice = validated_choice(response)
+            except Exception as exc:  # the openai client has retried; the episode fails (never a wrong answer)
                 self.counters["failed"] += 1
-                return TurnReply(None, messages, error=f"{type(exc).__name__}: {exc}"[:500])
-        choice = response.choices[0] if response.choices else None
-        content = choice.message.content if choice is not None else None
-        generated = None
-        if self.tools is not None and choice is not None:
+                failure = failure_from_exception(exc, timeout_s=self.options.timeout_s,
+                                                 max_retries=self.options.max_retries)
+                return TurnReply(None, messages, error=failure.describe(), failure=failure)
+        content = choice.message.content
+        generated = forfeit = None
+        if self.tools is not None:
+            from trainer_client.rollout.tools import FORFEIT_ACTION
+
             content, generated = self.tool_state.action(request, messages, choice.message)
+            if content == FORFEIT_ACTION and choice.message.tool_calls:  # a call, but not one the role's tool takes
+                forfeit = "invalid_tool_call"
         usage = response.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         completion_tokens = usage.completion_tokens if usage else 0
         self.counters["prompt_tokens"] += prompt_tokens
         self.counters["completion_tokens"] += completion_tokens
-        if content is None:
-            self.counters["failed"] += 1
-            return TurnReply(None, messages, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                             error="the endpoint returned no message content")
+        content = content or ""  # the model's own blank reply: the runner forfeits the turn, scored
         accept_prob = None
-        if wants_logprobs and choice is not None and choice.logprobs is not None and choice.logprobs.content:
+        if wants_logprobs and choice.logprobs is not None and choice.logprobs.content:
             accept_prob = accept_prob_from_logprobs(choice.logprobs.content)
         return TurnReply(content, messages, generated=generated, prompt_tokens=prompt_tokens,
-                         completion_tokens=completion_tokens, accept_prob=accept_prob)
+                         completion_tokens=completion_tokens, accept_prob=accept_prob, forfeit=forfeit)
 
     def episode_done(self, episode_key: str) -> None:
         if self.tools is not None:

@@ -1,8 +1,8 @@
 """Policies that play a debate role in ``mathdebate eval``, and the ``--policy`` spec syntax.
 
 A policy answers one :class:`TurnRequest` (a role's observation, sent by the env server) with
-a :class:`TurnReply` (the action text, or a failure that the runner turns into a forfeited
-turn). Specs:
+a :class:`TurnReply`: the action text, or a typed request failure, which fails the episode (the
+runner leaves it out of every accuracy: a request that failed is not an answer). Specs:
 
 - ``scripted:reference`` and ``scripted:noisy[:P]`` (P = error probability, default 0.3): the
   rule-based debaters of ``mathdebate play`` (:class:`env_server.client.play.ScriptedDebaters`). They
@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from env_server.client.failures import RequestFailure
 from env_server.client.play import ScriptedDebaters
 from env_server.debate.answers import final_answer
 from env_server.debate.problems import ProblemSource
@@ -64,14 +65,19 @@ class TurnReply:
 
     Attributes:
         content: the action text to submit; ``None`` when the request failed (the runner
-            forfeits the turn and counts it).
+            fails the episode and counts it). A blank text is the model's own empty answer:
+            the runner submits the forfeit placeholder, and the episode is scored.
         messages: what the policy was given, as chat messages (for ``trajectories.jsonl``).
         generated: the policy's raw output when it differs from ``content`` (a tool call).
         prompt_tokens, completion_tokens: token counts (the endpoint's usage, or the local
             tokenizer's).
         accept_prob: for a verifier turn, P(CORRECT) / (P(CORRECT) + P(INCORRECT)) from the
             verdict token's log-probabilities, when the policy has them (``None`` otherwise).
-        error: why the request failed.
+        error: why the request failed (one line).
+        failure: the typed failure when ``content`` is ``None`` (its reason and the first
+            lines of the server's message).
+        forfeit: the model's own forfeit when its reply gives no action: ``invalid_tool_call``
+            (a call the role's tool does not accept, and no text); ``None`` otherwise.
     """
 
     content: str | None
@@ -81,6 +87,8 @@ class TurnReply:
     completion_tokens: int = 0
     accept_prob: float | None = None
     error: str | None = None
+    failure: RequestFailure | None = None
+    forfeit: str | None = None
 
 
 class Policy(ABC):
@@ -93,7 +101,8 @@ class Policy(ABC):
 
     @abstractmethod
     async def act(self, request: TurnRequest) -> TurnReply:
-        """Play one turn. Must not raise for a failed model call: return ``content=None``."""
+        """Play one turn. Must not raise for a failed model call: return ``content=None`` with
+        its ``failure``."""
 
     def episode_done(self, episode_key: str) -> None:  # noqa: B027  optional hook with a no-op default
         """Forget any per-episode state (called once an episode is over)."""

@@ -31,9 +31,19 @@ Strategies, per problem:
   grader code as the equality).
 
 The chosen episode's outcome is the problem's result; pass@N is whether any of the N episodes
-was right. A turn whose model request failed is forfeited (the placeholder action
-``(no response)``, which the server marks as a missing answer or verdict) and counted; an
-action the server rejects is forfeited the same way. The run goes on.
+was right.
+
+Failures (``docs/failures.md``). A model request that fails for good (the policy's client has
+retried: an HTTP error, a timeout, a dropped connection, a malformed reply) is not an answer:
+its episode stops there, unplayed and ungraded, and is *failed* (:attr:`PlayedEpisode.failure`,
+typed, with the server's own message); so is an episode the env server could not finish (a lost
+session, no rewards record in time). A problem with a failed episode is a failed problem: it is
+left out of every accuracy (best-of-N over fewer samples would be another measurement), never
+counted as wrong. A forfeit that is the model's own doing is scored by the environment's rules
+and counted apart (:attr:`PlayedTurn.forfeit`): a blank reply or a tool call the role's tool
+does not take (the placeholder ``(no response)`` is submitted, which the server marks as a
+missing answer or verdict), or an action the server refuses (``rejected``: the same
+placeholder). The run goes on either way; :class:`EvalTotals` counts the requests and failures.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from env_server.client import GRADED_EPISODE_WAIT_S, MuxClient, MuxError
+from env_server.client.failures import FailureTally, RequestFailure, first_lines
 from env_server.debate.answers import parse_verdict
 from env_server.debate.problems import Problem
 from env_server.protocol.markers import Role
@@ -53,7 +64,8 @@ from env_server.protocol.models import EpisodeRewards
 from trainer_client.evaluation.policies import Policy, TurnReply, TurnRequest
 from trainer_client.evaluation.selection import best_of_n_choice, self_consistency_choice
 
-__all__ = ["EvalSettings", "PlayedEpisode", "PlayedTurn", "ProblemResult", "evaluate_problems", "final_answer_of"]
+__all__ = ["EvalSettings", "EvalTotals", "PlayedEpisode", "PlayedTurn", "ProblemResult", "evaluate_problems",
+           "final_answer_of"]
 
 Strategy = Literal["greedy", "best_of_n", "self_consistency"]
 
@@ -87,8 +99,11 @@ class EvalSettings:
 class PlayedTurn:
     """One turn as played: the server's ``t``/role/round, the submitted action and the policy's reply.
 
-    ``forfeit`` is ``"request_failed"`` (the model call failed), ``"rejected"`` (the server
-    refused the action; ``error`` has its message) or ``None``.
+    ``forfeit`` says why the placeholder action was submitted, or ``None``: the model's own
+    doing (scored): ``"blank"`` (no text), ``"invalid_tool_call"`` (a call the role's tool does
+    not take, and no text), ``"rejected"`` (the server refused the action; ``error`` has its
+    message); or ``"request_failed"``: the model request failed, nothing was submitted and the
+    episode stopped there (failed, not scored).
     """
 
     t: int
@@ -103,7 +118,11 @@ class PlayedTurn:
 
 @dataclass
 class PlayedEpisode:
-    """One episode of a problem: its turns, the server's record and (best-of-N) its score."""
+    """One episode of a problem: its turns, the server's record and (best-of-N) its score.
+
+    ``failure`` is set when the episode failed (a model request failed for good, or the env
+    server could not finish it): it is then not scored.
+    """
 
     sample: int
     episode_id: str | None = None
@@ -111,12 +130,18 @@ class PlayedEpisode:
     record: EpisodeRewards | None = None
     score: float | None = None
     score_source: str | None = None
-    error: str | None = None
+    failure: RequestFailure | None = None
+
+    @property
+    def scored(self) -> bool:
+        """Whether the server graded the episode and nothing failed (its outcome counts)."""
+        return self.failure is None and self.record is not None
 
     @property
     def correct(self) -> bool:
-        """The server's outcome: ``episode_reward == 1`` (a failed episode is wrong)."""
-        return self.record is not None and self.record.episode_reward == 1.0
+        """The server's outcome: ``episode_reward == 1`` (``False`` for a failed episode, which
+        is never counted: see :attr:`scored`)."""
+        return self.scored and self.record is not None and self.record.episode_reward == 1.0
 
 
 @dataclass
@@ -133,12 +158,42 @@ class ProblemResult:
         return self.episodes[self.chosen]
 
     @property
+    def failure(self) -> RequestFailure | None:
+        """The first failure among the problem's episodes (``None``: every episode was scored)."""
+        return next((e.failure for e in self.episodes if e.failure is not None), None)
+
+    @property
+    def scored(self) -> bool:
+        """Whether every episode of the problem was scored (a failed problem counts nowhere)."""
+        return all(e.scored for e in self.episodes)
+
+    @property
     def correct(self) -> bool:
-        return self.chosen_episode.correct
+        return self.scored and self.chosen_episode.correct
 
     @property
     def pass_at_n(self) -> bool:
-        return any(e.correct for e in self.episodes)
+        return self.scored and any(e.correct for e in self.episodes)
+
+
+@dataclass
+class EvalTotals:
+    """What a run counted.
+
+    Attributes:
+        counters: ``turns``, ``requests_failed``, ``actions_rejected``, ``episodes_failed``,
+            ``verifier_draws``, ``scoring_episodes``.
+        requests: every policy request (verifier draws and scoring turns included) and its
+            failures by reason (:class:`~env_server.client.failures.FailureTally`).
+        env: one request per episode (its session on the env server) and the episodes the
+            server could not finish.
+        forfeits: the model's own forfeits by kind (``blank``, ``invalid_tool_call``, ``rejected``).
+    """
+
+    counters: dict[str, int]
+    requests: FailureTally
+    env: FailureTally
+    forfeits: dict[str, int]
 
 
 def final_answer_of(record: EpisodeRewards | None) -> str | None:
@@ -158,6 +213,8 @@ class _Run:
                  counters: Counter[str], reward_runner: Any = None) -> None:
         self.client, self.policies, self.settings = client, policies, settings
         self.counters = counters
+        self.requests, self.env = FailureTally(), FailureTally()
+        self.forfeits: Counter[str] = Counter()
         self.reward_runner = reward_runner
         self.gate = asyncio.Semaphore(max(1, settings.concurrency))
 
@@ -166,14 +223,28 @@ class _Run:
             return self.settings.temperature
         return 0.0
 
-    async def _act(self, episode: PlayedEpisode, request: TurnRequest) -> tuple[str, TurnReply, str | None]:
+    async def _ask(self, request: TurnRequest) -> TurnReply:
+        """The policy's reply, counted; a failed request is counted with its typed reason."""
+        reply = await self.policies[request.role].act(request)
+        self.requests.request()
+        if reply.content is None:
+            if reply.failure is None:  # a policy that did not type its failure
+                reply.failure = RequestFailure("request_error", first_lines(reply.error or "the policy gave no reply"))
+            self.counters["requests_failed"] += 1
+            self.requests.fail(reply.failure)
+        return reply
+
+    def _action(self, reply: TurnReply) -> tuple[str, str | None]:
+        """``(action, forfeit)`` of a reply that came back: its text, or the placeholder for
+        the model's own blank answer (counted in :attr:`forfeits`)."""
         from trainer_client.rollout.tools import FORFEIT_ACTION
 
-        reply = await self.policies[request.role].act(request)
-        if reply.content is None:
-            self.counters["requests_failed"] += 1
-            return FORFEIT_ACTION, reply, "request_failed"
-        return reply.content, reply, None
+        assert reply.content is not None, "failed requests never reach the env server"
+        if reply.content.strip() and reply.content != FORFEIT_ACTION:
+            return reply.content, None
+        forfeit = reply.forfeit or "blank"
+        self.forfeits[forfeit] += 1
+        return FORFEIT_ACTION, forfeit
 
     def _wants_score(self, request_role: Role, t: int) -> bool:
         s = self.settings
@@ -186,6 +257,7 @@ class _Run:
         episode = PlayedEpisode(sample)
         key = f"{problem.problem_id}#{sample}"
         async with self.gate:
+            self.env.request()
             session = await self.client.open_session()
             try:
                 result = await session.reset(problem_id=problem.problem_id, max_rounds=self.settings.max_rounds,
@@ -197,47 +269,69 @@ class _Run:
                     assert role is not None, "a debate that is not done has a role to play"
                     wants_score = self._wants_score(role, observation.t)
                     request = TurnRequest(role, observation, key, self._temperature(role), 0, wants_score)
-                    content, reply, forfeit = await self._act(episode, request)
+                    reply = await self._ask(request)
+                    if reply.failure is not None:  # not an answer: the episode stops here, unscored
+                        episode.failure = reply.failure
+                        episode.turns.append(PlayedTurn(observation.t, role, observation.round, "",
+                                                        self.policies[role].spec, reply, "request_failed",
+                                                        reply.failure.describe()))
+                        break
+                    content, forfeit = self._action(reply)
                     turn = PlayedTurn(observation.t, role, observation.round, content, self.policies[role].spec, reply,
                                       forfeit)
                     episode.turns.append(turn)
                     if wants_score:
-                        episode.score, episode.score_source = await self._verifier_score(request, reply)
+                        episode.score, episode.score_source = await self._verifier_score(episode, request, reply)
+                        if episode.failure is not None:
+                            break
                     try:
                         result = await session.step(role, content)
                     except MuxError as exc:
                         if exc.code != "INVALID_ACTION":
                             raise
                         self.counters["actions_rejected"] += 1
+                        self.forfeits["rejected"] += 1
                         turn.content, turn.forfeit, turn.error = FORFEIT_ACTION, "rejected", str(exc)
                         result = await session.step(role, FORFEIT_ACTION)
                     self.counters["turns"] += 1
-                episode.record = await session.rewards(wait=True, timeout_s=GRADED_EPISODE_WAIT_S)
-                if episode.record is None:
-                    episode.error = "no rewards record in time"
+                if episode.failure is None:
+                    episode.record = await session.rewards(wait=True, timeout_s=GRADED_EPISODE_WAIT_S)
+                    if episode.record is None:
+                        self._env_failed(episode, RequestFailure(
+                            "env_rewards_timeout", f"no rewards record for episode {episode.episode_id} within "
+                                                   f"{GRADED_EPISODE_WAIT_S:.0f} s"))
             except MuxError as exc:
                 if exc.code == "UNKNOWN_PROBLEM":
                     raise RuntimeError("the server serves another problem set: give `eval` the same --problems "
                                        "as the server at --env-url") from exc
-                episode.error = str(exc)
+                self._env_failed(episode, RequestFailure(f"env_{exc.code.lower()}", first_lines(str(exc))))
             finally:
                 for policy in set(self.policies.values()):
                     policy.episode_done(key)
                 await _close_quietly(session)
-            if episode.error is not None:
-                self.counters["episodes_failed"] += 1
-            if self.settings.strategy == "best_of_n" and self.settings.select == "verifier" and self.settings.mode == "single":
+            if (episode.failure is None and self.settings.strategy == "best_of_n"
+                    and self.settings.select == "verifier" and self.settings.mode == "single"):
                 episode.score, episode.score_source = await self._single_mode_score(problem, episode, key)
+            if episode.failure is not None:
+                self.counters["episodes_failed"] += 1
         return episode
 
-    async def _verifier_score(self, request: TurnRequest, reply: TurnReply) -> tuple[float | None, str]:
+    def _env_failed(self, episode: PlayedEpisode, failure: RequestFailure) -> None:
+        """The env server could not finish ``episode``: it fails (counted per episode)."""
+        episode.failure = episode.failure or failure
+        self.env.fail(failure)
+
+    async def _verifier_score(self, episode: PlayedEpisode, request: TurnRequest,
+                              reply: TurnReply) -> tuple[float | None, str]:
         if reply.accept_prob is not None:
             return reply.accept_prob, "logprobs"
         verdicts = [parse_verdict(reply.content or "")]
         for draw in range(1, max(1, self.settings.verifier_samples)):
-            extra = await self.policies[Role.VERIFIER].act(
-                TurnRequest(Role.VERIFIER, request.observation, request.episode_key, 1.0, draw))
+            extra = await self._ask(TurnRequest(Role.VERIFIER, request.observation, request.episode_key, 1.0, draw))
             self.counters["verifier_draws"] += 1
+            if extra.failure is not None:  # a draw that failed is no vote: the episode fails
+                episode.failure = extra.failure
+                return None, "request_failed"
             verdicts.append(parse_verdict(extra.content or ""))
         return sum(v == "CORRECT" for v in verdicts) / len(verdicts), "acceptance_rate"
 
@@ -252,13 +346,14 @@ class _Run:
             await session.reset(problem_id=problem.problem_id, max_rounds=1, mode="debate")
             result = await session.step(Role.SOLVER, solver.content)
             request = TurnRequest(Role.VERIFIER, result.observation, scoring_key, 0.0, 0, True)
-            reply = await self.policies[Role.VERIFIER].act(request)
-            if reply.content is None:
-                self.counters["requests_failed"] += 1
+            reply = await self._ask(request)
+            if reply.failure is not None:
+                episode.failure = reply.failure
                 return None, "request_failed"
-            return await self._verifier_score(request, reply)
+            return await self._verifier_score(episode, request, reply)
         except MuxError as exc:
-            episode.error = episode.error or f"scoring episode: {exc}"
+            self._env_failed(episode, RequestFailure(f"env_{exc.code.lower()}",
+                                                     first_lines(f"scoring episode: {exc}")))
             return None, "none"
         finally:
             self.policies[Role.VERIFIER].episode_done(scoring_key)
@@ -276,6 +371,8 @@ class _Run:
         n = 1 if self.settings.strategy == "greedy" else self.settings.n
         episodes = list(await asyncio.gather(*(self.play(problem, i) for i in range(n))))
         result = ProblemResult(problem, episodes)
+        if not result.scored:  # a failed problem: nothing to choose among (it is counted nowhere)
+            return result
         if self.settings.strategy == "best_of_n":
             if self.settings.select != "verifier":
                 await self.reward_scores(problem, episodes)
@@ -295,10 +392,9 @@ async def _close_quietly(session: Any) -> None:
 
 async def evaluate_problems(url: str, problems: Sequence[Problem], policies: dict[Role, Policy], settings: EvalSettings,
                             *, token: str | None = None, progress: bool = True,
-                            reward_function: str | None = None) -> tuple[list[ProblemResult], dict[str, int]]:
-    """Play every problem under the strategy; return the per-problem results (in order) and the
-    run's counters (``turns``, ``requests_failed``, ``actions_rejected``, ``episodes_failed``,
-    ``verifier_draws``, ``scoring_episodes``).
+                            reward_function: str | None = None) -> tuple[list[ProblemResult], EvalTotals]:
+    """Play every problem under the strategy; return the per-problem results (in order) and what
+    the run counted (:class:`EvalTotals`: its counters, requests and failures, forfeits).
 
     Args:
         url: the env server (``http://host:port``); one multiplexed connection carries every session.
@@ -331,14 +427,14 @@ async def evaluate_problems(url: str, problems: Sequence[Problem], policies: dic
     bar = tqdm(total=len(problems), desc=f"eval {settings.strategy} ({settings.mode})", unit="problem",
                disable=not progress)
     results: list[ProblemResult | None] = [None] * len(problems)
-    correct = done = 0
+    correct = scored = failed = 0
 
     async def one(i: int, problem: Problem) -> None:
-        nonlocal correct, done
+        nonlocal correct, scored, failed
         result = results[i] = await run.problem(problem)
-        correct, done = correct + result.correct, done + 1
+        correct, scored, failed = correct + result.correct, scored + result.scored, failed + (not result.scored)
         bar.update(1)
-        bar.set_postfix(acc=f"{correct / done:.3f}", refresh=False)
+        bar.set_postfix(acc=f"{correct / scored:.3f}" if scored else "-", failed=failed, refresh=False)
 
     try:
         await asyncio.gather(*(one(i, p) for i, p in enumerate(problems)))
@@ -347,4 +443,4 @@ async def evaluate_problems(url: str, problems: Sequence[Problem], policies: dic
         await client.close()
         if runner is not None:
             runner.close()
-    return [r for r in results if r is not None], dict(counters)
+    return [r for r in results if r is not None], EvalTotals(dict(counters), run.requests, run.env, dict(run.forfeits))
