@@ -207,9 +207,9 @@ def _print_heldout(config, output_dir: Path, n: int) -> None:
 
 
 def _print_training_summary(output_dir: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from env_server.tables import print_whole
     from trainer_client.experiments.reporting import read_metrics
 
     lines = read_metrics(output_dir / "metrics.jsonl")
@@ -224,7 +224,7 @@ def _print_training_summary(output_dir: Path) -> None:
     for k, line in enumerate(lines):
         if k % every == 0 or k == len(lines) - 1:
             table.add_row(str(line["step"]), *(f"{line[key]:.3g}" if key in line else "-" for key in columns.values()))
-    Console().print(table)
+    print_whole(table)  # whole when piped to a file too (rich would cut cells at 80 columns)
     solver = [line["debate/reward/solver"] for line in lines if "debate/reward/solver" in line]
     if len(solver) >= 4:
         window = max(1, min(10, len(solver) // 4))
