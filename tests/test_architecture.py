@@ -58,10 +58,15 @@ def test_the_contracts_fail_on_a_violation(tmp_path: Path, module: str, added: s
     assert contract in broken, broken[:2000]
 
 
+def _doc_pages() -> list[Path]:
+    """The docs site's own pages (docs/, less the experiment records under docs/ablation/)."""
+    return sorted(p for p in (ROOT / "docs").rglob("*.md") if "ablation" not in p.relative_to(ROOT / "docs").parts)
+
+
 def _documented_paths() -> set[str]:
     """Dotted ``env_server.*`` / ``trainer_client.*`` names (``module:attr`` too) that README.md,
-    rfcs/, configs/ and openenv.yaml show."""
-    texts = [ROOT / "README.md", ROOT / "openenv.yaml", *sorted((ROOT / "rfcs").glob("*.md")),
+    the docs site's pages, rfcs/, configs/ and openenv.yaml show."""
+    texts = [ROOT / "README.md", ROOT / "openenv.yaml", *_doc_pages(), *sorted((ROOT / "rfcs").glob("*.md")),
              *sorted((ROOT / "configs").glob("*.yaml"))]
     found: set[str] = set()
     for path in texts:
@@ -99,9 +104,9 @@ def test_every_documented_import_path_imports() -> None:
 
 
 def test_the_readme_import_examples_run() -> None:
-    """The ``from X import a, b`` lines of the README's code blocks import as written."""
-    readme = (ROOT / "README.md").read_text()
-    lines = re.findall(r"^from ((?:env_server|trainer_client)[\w.]*) import ([\w, ]+)$", readme, re.M)
+    """The ``from X import a, b`` lines of the code blocks of the README and the docs pages import as written."""
+    text = "\n".join(p.read_text() for p in [ROOT / "README.md", *_doc_pages()])
+    lines = re.findall(r"^from ((?:env_server|trainer_client)[\w.]*) import ([\w, ]+)$", text, re.M)
     assert len(lines) >= 4
     for module, names in lines:
         imported = import_module(module)

@@ -304,7 +304,7 @@ class DebateService(GradingFinalisation):
                 (HTTP episodes: frees the slot; the episode stays retained).
 
         Raises:
-            The errors of :meth:`step`.
+            UnknownSessionError, NoEpisodeError, EpisodeDoneError, InvalidActionError: as :meth:`step`.
         """
         session = self.sessions.get(session_id, owner)
         entry, reply = self._step(session, action)
@@ -363,7 +363,7 @@ class DebateService(GradingFinalisation):
         pending). The episode is looked up now, so errors raise here, not when awaited.
 
         Raises:
-            The errors of :meth:`rewards`.
+            UnknownSessionError, NoEpisodeError, UnknownEpisodeError: as :meth:`rewards`.
         """
         entry = self._entry_for(self.sessions.get(session_id, owner), episode_id)
 

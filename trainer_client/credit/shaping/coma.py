@@ -189,7 +189,7 @@ class ComaAdvantageStrategy(RewardShapingStrategy):
     Example: 4 rollouts of one prompt, rewards ``[5, 0, 5, 0]``, no facts: no counterfactual
     information, so the group mean is the baseline: ``[2.5, −2.5, 2.5, −2.5]``.
 
-    Args:
+    Keyword Args:
         n_rollouts_per_prompt: optional int ``>= 1`` (see :class:`ComaParams`).
 
     Returns:
