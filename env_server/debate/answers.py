@@ -1,5 +1,6 @@
 """Reading debate turns: the final ``\\boxed{}`` answer (the last box, or several adjacent boxes
-merged as math-verify merges them), the verifier's verdict, and the conservative normal form
+merged as math-verify merges them; a last box without braces, ``\\boxed 7``, read as math-verify
+reads it), the verifier's verdict, and the conservative normal form
 used to compare answers on the event loop.
 
 Pure string operations, linear in the input, safe on the event loop: nothing here parses
@@ -119,6 +120,12 @@ def final_answer(text: str) -> str | None:
     an unordered collection: ``\\boxed{3} or \\boxed{2}`` is ``3, 2``, not ``2``. A box
     far from the final one (an intermediate result) stays out.
 
+    A last box written without braces (``\\boxed 7``, ``$\\boxed 7$``; TeX boxes the next token,
+    models mean the answer that follows) is read as math-verify reads it, alone (no merge): its
+    content runs to the end of its math span (the closing ``$``, ``\\)`` or ``\\]``, or the end of
+    the line) when the box is inside one, else to the next space; trailing ``.``, ``,``, ``;``,
+    ``:`` are dropped (:func:`_braceless_content`).
+
     Only the last ``MAX_TRAILING_BOXES`` boxes are looked at, and a response with more than
     ``MAX_ANSWER_BRACES`` braces from the first of them to its end has no readable answer
     (``None``), which bounds the event-loop cost on hostile input. A few linear passes over
@@ -129,11 +136,19 @@ def final_answer(text: str) -> str | None:
 
     Returns:
         The answer (stripped contents; ``""`` for ``\\boxed{}``), or ``None`` when the text
-        has no complete box.
+        has no complete box (nor a brace-less last box with content).
     """
-    boxes = text.count("\\boxed") + text.count("\\fbox")
+    fboxes = text.count("\\fbox")
+    boxes = text.count("\\boxed") + fboxes
     if boxes == 0:
         return None
+    last = max(text.rfind("\\boxed"), text.rfind("\\fbox")) if fboxes else text.rfind("\\boxed")
+    # the common shape, a last ``\boxed{``, costs one ``startswith``; other shapes are checked for a
+    # brace-less last box
+    if (fboxes or not text.startswith("{", last + 6)) and _BOX_OPEN.match(text, last) is None:
+        braceless = _BRACELESS_BOX.match(text, last)
+        if braceless is not None:
+            return _braceless_content(text, last, braceless.end())
     text = _answer_region(text, boxes)
     if text.count("{") + text.count("}") > MAX_ANSWER_BRACES:
         return None  # too complex to read on the event loop (MAX_ANSWER_BRACES)
@@ -166,6 +181,30 @@ def final_answer(text: str) -> str | None:
             parts.append(content)
         later_start = commands[earlier]
     return _MERGE_JOIN.join(reversed(parts))
+
+
+#: a box command not followed by a letter (``\\fboxsep`` is another command); tried only where
+#: ``_BOX_OPEN`` (a brace) does not match; the match ends where the content starts
+_BRACELESS_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
+#: where a brace-less box's content ends inside a math span, and outside one
+_SPAN_END = re.compile(r"(?<!\\)\$|\\\)|\\\]|\n")
+_TOKEN_END = re.compile(r"\s|(?<!\\)\$")
+_TRAILING_PUNCTUATION = ".,;:"
+
+
+def _braceless_content(text: str, command: int, start: int) -> str | None:
+    """The answer of a brace-less last box (``\\boxed 7``) whose command starts at ``command``
+    and whose content at ``start``: up to the end of its math span when the command is inside
+    one (an odd number of ``$`` not written ``\\$`` before it, or an unclosed ``\\(``/``\\[``), else up
+    to the next whitespace; trailing ``.,;:`` dropped; None when empty. math-verify 0.9 (its
+    ``extract_boxed_content``) takes the rest of the math span it extracted, so ``$\\boxed 42$``
+    is ``42`` for both. Linear, and only reached when the last box has no brace."""
+    before = text[:command]
+    in_math = ((before.count("$") - before.count("\\$")) % 2 == 1 or before.rfind("\\(") > before.rfind("\\)")
+               or before.rfind("\\[") > before.rfind("\\]"))
+    end = (_SPAN_END if in_math else _TOKEN_END).search(text, start)
+    content = text[start : len(text) if end is None else end.start()].strip().rstrip(_TRAILING_PUNCTUATION).strip()
+    return content or None
 
 
 def _answer_region(text: str, boxes: int) -> str:
