@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
-__all__ = ["HINT_MESSAGE", "hint_for_turn", "synthetic_debates"]
+__all__ = ["HINT_MESSAGE", "column_solution", "hint_for_turn", "synthetic_debates"]
 
 #: Marks a warm-up user message as a hint (the layout puts it where SDPO's teacher context does).
 HINT_MESSAGE = "hint"
@@ -42,7 +43,9 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                       seed_base: int | None = None, worked: bool = False,
                       restate: bool = False, mode: str = "debate", hint_fraction: float = 0.0,
                       verdict_accuracy: float = 0.5, hint_style: str = "template",
-                      restate_hints: bool = False) -> list[list[dict[str, Any]]]:
+                      restate_hints: bool = False, verifier: str = "coin", judge: str = "copy",
+                      verifier_accuracy: float = 1.0, hint_roles: tuple[str, ...] | list[str] | None = None
+                      ) -> list[list[dict[str, Any]]]:
     """``n`` debates as TRL message lists (system, user, then assistant tool calls and tool
     results, then a closing assistant message), played locally with scripted actions.
 
@@ -57,7 +60,11 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         wrong_answers: ``(low, high)``: a wrong answer is drawn uniformly from these integers,
             never the right answer; ``"near"``: the right answer plus one of -10, -1, +1, +10
             (a carry or last-digit slip; integer answers); ``None``: from -50..200, possibly
-            the right answer by chance.
+            the right answer by chance; ``"carry"`` (``two_digit_sum`` only): the working of
+            :func:`column_solution` with the tens column's carry forgotten (the answer 10 less
+            than the right one), drawn only on a problem whose ones column carries, with
+            probability ``1 - answer_accuracy``; a problem without a carry is always answered
+            right (its working has no carry to forget). Every solver turn is then worked.
         seed_base: first problem seed with ``family`` (problem ``i`` uses ``seed_base + i``).
         worked: a right answer comes with the problem's reference solution (its worked steps,
             ending in the boxed answer) instead of a one-word lead-in.
@@ -81,6 +88,18 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         restate_hints: the hint message ends with the turn's own instructions (as
             ``sdpo.restate`` lays out the SDPO teacher context), so the problem sits as far
             from the turn as without the hint.
+        verifier: ``"coin"`` (a one-line critique, the verdict right with probability
+            ``verdict_accuracy``) or ``"worked"`` (``two_digit_sum``: the critique works the sum
+            column by column itself, keeping the carry with probability ``verifier_accuracy``,
+            then quotes the solution's answer; the verdict is CORRECT exactly when the two agree:
+            a verifier whose verdict follows from its own check). The critique comes before the
+            verdict in the call's arguments, so the check is written before the verdict.
+        judge: ``"copy"`` (the last answer, or the right one when hinted) or ``"verdict"`` (the
+            judge concludes from the debate: the solver's answer when the verdict is CORRECT,
+            else the sum the verifier's critique worked out; needs ``verifier="worked"``).
+        hint_roles: the roles whose turns may be hint-following examples (``None``: every role).
+            With ``wrong_answers="carry"`` a solver turn is hinted only where it would slip: the
+            hint is then the server's localised hint for the slipped answer.
 
     Raises:
         ValueError: an unknown ``mode`` or ``hint_style``, or ``hint_fraction`` outside [0, 1].
@@ -97,6 +116,13 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         raise ValueError(f"hint_style: 'template', 'localised' or 'reference', not {hint_style!r}")
     if not 0.0 <= hint_fraction <= 1.0:
         raise ValueError(f"hint_fraction must be in [0, 1], got {hint_fraction}")
+    if verifier not in ("coin", "worked") or judge not in ("copy", "verdict"):
+        raise ValueError(f"verifier: 'coin' or 'worked', judge: 'copy' or 'verdict'; got {verifier!r}, {judge!r}")
+    if judge == "verdict" and verifier != "worked":
+        raise ValueError("judge='verdict' concludes from the verifier's worked sum: it needs verifier='worked'")
+    carry = wrong_answers == "carry"
+    if (carry or verifier == "worked") and family != "two_digit_sum":
+        raise ValueError("the carry slip and the worked verifier are defined for family='two_digit_sum' only")
     rng = random.Random(seed)
     hint_rng = random.Random(f"hints/{seed}")  # a stream of its own: hint_fraction 0 leaves the debates as they were
     generator = ProblemGenerator() if family is None else ProblemGenerator(families=[family])
@@ -119,11 +145,24 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         messages: list[dict[str, Any]] = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
                                           {"role": "user", "content": render_instructions(observation(episode))}]
         last_answer = problem.answer
+        checked = problem.answer  # the sum the worked verifier arrived at
+        last_verdict = "CORRECT"
+        operands = _operands(problem.problem) if carry or verifier == "worked" else (0, 0)
+        has_carry = operands[0] % 10 + operands[1] % 10 >= 10
         while not episode.done:
             role = episode.role
             assert role is not None, "an episode that is not done has a role to play"
-            hinted = hint_fraction > 0 and hint_rng.random() < hint_fraction
-            if hinted:
+            slips = False  # a carry-model solver turn that forgets the carry
+            if carry and role is Role.SOLVER:
+                slips = has_carry and rng.random() >= answer_accuracy
+            hinted = (hint_fraction > 0 and (hint_roles is None or role.value in hint_roles)
+                      and (not carry or role is not Role.SOLVER or slips) and hint_rng.random() < hint_fraction)
+            if hinted and carry and role is Role.SOLVER:
+                text = localised_hint(problem, role, "wrong_answer", str(int(problem.answer) - 10)) or ""
+                if restate_hints:
+                    text = f"{text}\n\n{render_instructions(observation(episode))}"
+                messages.append({"role": "user", "content": text, HINT_MESSAGE: "solver/wrong_answer"})
+            elif hinted:
                 key = hint_for_turn(role.value, last_answer == problem.answer)
                 text = HINT_TEMPLATES[key]
                 if hint_style == "localised" and role is not Role.VERIFIER:
@@ -134,11 +173,23 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                 if restate_hints:
                     text = f"{text}\n\n{render_instructions(observation(episode))}"
                 messages.append({"role": "user", "content": text, HINT_MESSAGE: key})
-            if role is Role.SOLVER:
+            if role is Role.SOLVER and carry:
+                kept = hinted or not slips
+                arguments = {"solution": column_solution(*operands, carry_kept=kept) + _box(operands, kept)}
+                last_answer = str(sum(operands) - (0 if kept else 10 * has_carry))
+                content, name = arguments["solution"], "submit_solution"
+            elif role is Role.SOLVER:
                 right = hinted or rng.random() < answer_accuracy
                 last_answer = problem.answer if right else _wrong_answer(rng, problem.answer, wrong_answers)
                 arguments = {"solution": solution(last_answer)}
                 content, name = arguments["solution"], "submit_solution"
+            elif role is Role.VERIFIER and verifier == "worked":
+                kept = hinted or not has_carry or rng.random() < verifier_accuracy
+                checked = str(sum(operands) - (0 if kept else 10))
+                verdict = last_verdict = "CORRECT" if checked == last_answer else "INCORRECT"
+                critique = f"{column_solution(*operands, carry_kept=kept)} The solution's answer is {last_answer}."
+                arguments = {"critique": critique, "verdict": verdict}
+                content, name = f"{critique}\n\nVERDICT: {verdict}", "submit_verdict"
             elif role is Role.VERIFIER:
                 right_verdict = "CORRECT" if last_answer == problem.answer else "INCORRECT"
                 if hinted or (verdict_accuracy != 0.5 and rng.random() < verdict_accuracy):
@@ -150,7 +201,10 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                 arguments = {"verdict": verdict, "critique": rng.choice(["Checked.", "Step two is wrong.", "Fine."])}
                 content, name = f"{arguments['critique']}\n\nVERDICT: {verdict}", "submit_verdict"
             else:
-                answer = problem.answer if hinted else last_answer
+                if judge == "verdict":
+                    answer = problem.answer if hinted else (last_answer if last_verdict == "CORRECT" else checked)
+                else:
+                    answer = problem.answer if hinted else last_answer
                 arguments = {"answer": answer}
                 content, name = f"\\boxed{{{answer}}}", "submit_final_answer"
             episode.step(DebateAction(role=role, content=content))
@@ -159,6 +213,39 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         messages.append({"role": "assistant", "content": "Done."})
         conversations.append(messages)
     return conversations
+
+
+_OPERANDS = re.compile(r"Compute \$(\d{2}) \+ (\d{2})\$\.")
+
+
+def _operands(statement: str) -> tuple[int, int]:
+    """``(a, b)`` of a ``two_digit_sum`` statement ``Compute $a + b$.``
+
+    Raises:
+        ValueError: another statement.
+    """
+    match = _OPERANDS.fullmatch(statement)
+    if match is None:
+        raise ValueError(f"not a two_digit_sum statement: {statement!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def column_solution(a: int, b: int, carry_kept: bool = True) -> str:
+    """The worked sum of two two-digit numbers as the ``two_digit_sum`` reference solution works it
+    (ones, then tens with the carry, then the sum), without the final boxed sentence; with
+    ``carry_kept=False`` the tens column adds 0 in place of the ones column's carry (the slip
+    of the ``"carry"`` error model: the sum comes out 10 too small when the ones column carries)."""
+    ones = a % 10 + b % 10
+    carried = ones // 10 if carry_kept else 0
+    tens = a // 10 + b // 10 + carried
+    total = tens * 10 + ones % 10
+    return f"Ones: ${a % 10} + {b % 10} = {ones}$. Tens: ${a // 10} + {b // 10} + {carried} = {tens}$. So ${a} + {b} = {total}$."
+
+
+def _box(operands: tuple[int, int], carry_kept: bool) -> str:
+    a, b = operands
+    total = a + b - (0 if carry_kept or a % 10 + b % 10 < 10 else 10)
+    return f" So the answer is $\\boxed{{{total}}}$."
 
 
 def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int] | list[int] | str | None) -> str:

@@ -171,3 +171,45 @@ def test_it_calls_submit_solution_on_a_single_mode_prompt(tiny_model_dir) -> Non
         calls = parsed.get("tool_calls") or []
         hits += bool(calls) and calls[0]["function"]["name"] == "submit_solution"
     assert hits >= 6, hits  # most of 12
+
+
+def test_the_carry_recipe_slips_only_where_a_column_carries_and_the_debate_concludes_from_the_check() -> None:
+    """``sums_spec``'s warm-up debates, read back and recomputed here: a wrong solution is the
+    working with the tens column's carry forgotten (10 less, on carry problems only), a hinted
+    solver turn is the server's localised hint for that slip and then the right working, the
+    verifier works the sum itself and says CORRECT exactly when its sum is the solution's answer,
+    and the judge answers the solution on CORRECT and the verifier's sum on INCORRECT."""
+    import re
+
+    from env_server.debate.error_sites import localised_hint
+    from env_server.debate.problems import ProblemGenerator
+
+    generator = ProblemGenerator(families=["two_digit_sum"])
+    kinds = {"slip": 0, "carry kept": 0, "no carry": 0, "hinted": 0, "rejected": 0}
+    debates = synthetic_debates(300, 0, family="two_digit_sum", answer_accuracy=0.4, wrong_answers="carry",
+                                seed_base=10**8, hint_fraction=0.3, hint_roles=["solver"], hint_style="localised",
+                                restate_hints=True, verifier="worked", judge="verdict", verifier_accuracy=0.7)
+    for i, debate in enumerate(debates):
+        a, b = map(int, re.findall(r"\d+", generator.by_seed(10**8 + i).problem))
+        carries = a % 10 + b % 10 >= 10
+        calls = [m["tool_calls"][0]["function"]["arguments"] for m in debate if m.get("tool_calls")]
+        hints = [m for m in debate if m.get("hint")]
+        solution, review, final = calls
+        answer = int(re.search(r"\\boxed\{(\d+)\}", solution["solution"]).group(1))
+        assert answer in (a + b, a + b - 10) and (answer == a + b or carries)
+        kinds["no carry" if not carries else "carry kept" if answer == a + b else "slip"] += 1
+        if hints:
+            kinds["hinted"] += 1
+            problem = generator.by_seed(10**8 + i)
+            assert carries and answer == a + b
+            assert hints[0]["content"].startswith(localised_hint(problem, "solver", "wrong_answer", str(a + b - 10)))
+        checked = int(re.search(r"So \$\d+ \+ \d+ = (\d+)\$", review["critique"]).group(1))
+        assert checked in (a + b, a + b - 10) and (checked == a + b or carries)
+        assert review["critique"].endswith(f"The solution's answer is {answer}.")
+        assert list(review) == ["critique", "verdict"]  # the check is written before the verdict
+        assert review["verdict"] == ("CORRECT" if checked == answer else "INCORRECT")
+        kinds["rejected"] += review["verdict"] == "INCORRECT"
+        assert final["answer"] == str(answer if review["verdict"] == "CORRECT" else checked)
+    assert all(kinds.values()), kinds  # every case occurs
+    # 40% of the carry problems keep the carry (or were hinted back to it)
+    assert 0.3 < (kinds["carry kept"] - kinds["hinted"]) / (kinds["carry kept"] + kinds["slip"] - kinds["hinted"]) < 0.5
