@@ -14,6 +14,16 @@ the held-out set, and which seed the run had. Both are reported:
   disagree.
 
 ``scipy.stats.t`` gives the quantiles.
+
+Power (:func:`seed_variance`, :func:`paired_power`, :func:`required_seeds`): how many seeds a
+paired comparison of two arms needs to see an effect with a seed-level interval. With
+``X[s, i]`` the correctness (or the mean over ``k`` samples) of seed ``s`` on problem ``i``, one
+seed's accuracy on ``N`` problems is ``acc_s = mu + u_s + e_s``: ``u_s`` the seed's effect on the
+accuracy over all problems (variance ``sigma_u^2``), ``e_s`` how that seed's model happens to do
+on these ``N`` problems (variance ``tau^2 / N``, ``tau^2`` the mean over problems of the variance
+of ``X[s, i]`` across seeds). The difference of two arms on one seed, taken independent, has
+variance ``2 (sigma_u^2 + tau^2 / N)``, and the seed-level test is a one-sample t test of ``S``
+such differences (power from the noncentral t distribution).
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CHANNEL_CONTRASTS", "Interval", "PairedGain", "contrast", "mean_interval", "paired_gain"]
+__all__ = ["CHANNEL_CONTRASTS", "Interval", "PairedGain", "SeedVariance", "contrast", "mean_interval", "paired_gain",
+           "paired_power", "required_seeds", "seed_variance"]
 
 
 @dataclass(frozen=True)
@@ -78,13 +89,15 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> Interval
     return Interval(mean, mean - half, mean + half)
 
 
-def paired_gain(before: Sequence[bool] | np.ndarray, after: Sequence[Sequence[bool]] | np.ndarray,
+def paired_gain(before: Sequence[bool] | Sequence[float] | np.ndarray,
+                after: Sequence[Sequence[bool]] | Sequence[Sequence[float]] | np.ndarray,
                 confidence: float = 0.95) -> PairedGain:
     """The paired gain of ``after`` over ``before`` on the same problems.
 
     Args:
-        before: ``(N,)`` bool, each problem's correctness under the starting policy.
-        after: ``(S, N)`` bool, each seed's trained policy's correctness on the same problems.
+        before: ``(N,)`` bool or float, each problem's correctness under the starting policy (a
+            float: a mean over samples).
+        after: ``(S, N)`` bool or float, each seed's trained policy's correctness on the same problems.
         confidence: two-sided level.
 
     Returns:
@@ -135,3 +148,88 @@ CHANNEL_CONTRASTS: dict[str, dict[str, float]] = {
     "full - baseline": {"full": 1.0, "baseline": -1.0},
     "interaction (full - sdpo - replay + baseline)": {"full": 1.0, "sdpo": -1.0, "replay": -1.0, "baseline": 1.0},
 }
+
+
+@dataclass(frozen=True)
+class SeedVariance:
+    """The two variance components of one arm's accuracy across seeds (fractions squared).
+
+    Attributes:
+        between: ``sigma_u^2``, the variance across seeds of the accuracy over all problems.
+        within: ``tau^2``, the mean over problems of the across-seed variance of a problem's
+            correctness; it enters one seed's accuracy on ``N`` problems as ``tau^2 / N``.
+        seeds, problems: the measurement's size.
+    """
+
+    between: float
+    within: float
+    seeds: int
+    problems: int
+
+    def difference_sd(self, problems: int) -> float:
+        """The standard deviation of one seed's paired difference of two arms on ``problems``
+        problems: ``sqrt(2 (between + within / problems))``."""
+        return float(np.sqrt(2.0 * (self.between + self.within / problems)))
+
+
+def seed_variance(correct: Sequence[Sequence[float]] | np.ndarray) -> SeedVariance:
+    """The variance components of ``correct`` (see the module docstring).
+
+    Args:
+        correct: ``(S, N)`` float, seed ``s``'s correctness on problem ``i`` (0/1, or a mean over
+            samples), ``S >= 2``.
+
+    Returns:
+        :class:`SeedVariance`; ``between`` is the observed variance of the seed means less
+        ``within / N``, floored at 0 (a method-of-moments estimate).
+
+    Raises:
+        ValueError: fewer than two seeds, or not a 2-D array.
+    """
+    x = np.asarray(correct, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] == 0:
+        raise ValueError(f"seed_variance needs (S, N) with S >= 2 seeds; got shape {x.shape}")
+    within = float(x.var(axis=0, ddof=1).mean())
+    observed = float(x.mean(axis=1).var(ddof=1))
+    return SeedVariance(max(observed - within / x.shape[1], 0.0), within, x.shape[0], x.shape[1])
+
+
+def paired_power(effect: float, difference_sd: float, seeds: int, confidence: float = 0.95) -> float:
+    """Power of the two-sided seed-level t test of a paired difference.
+
+    Args:
+        effect: the true mean difference (fraction, e.g. 0.05 for 5 points).
+        difference_sd: the standard deviation of one seed's difference
+            (:meth:`SeedVariance.difference_sd`).
+        seeds: paired seeds ``S >= 2``.
+        confidence: the interval's level.
+
+    Returns:
+        ``P(|T| > t_{(1+c)/2, S-1})`` with ``T`` noncentral t, ``S - 1`` degrees of freedom and
+        noncentrality ``effect / (difference_sd / sqrt(S))``: the chance that the interval
+        excludes 0.
+
+    Raises:
+        ValueError: fewer than two seeds or a non-positive standard deviation.
+    """
+    from scipy import stats
+
+    if seeds < 2 or difference_sd <= 0:
+        raise ValueError(f"power needs seeds >= 2 and difference_sd > 0; got {seeds}, {difference_sd}")
+    df = seeds - 1
+    noncentrality = effect / (difference_sd / np.sqrt(seeds))
+    critical = stats.t.ppf((1 + confidence) / 2, df)
+    return float(stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df, noncentrality))
+
+
+def required_seeds(effect: float, difference_sd: float, power: float = 0.8, confidence: float = 0.95,
+                   max_seeds: int = 1000) -> int:
+    """The fewest paired seeds whose seed-level test (:func:`paired_power`) reaches ``power``.
+
+    Raises:
+        ValueError: not reached within ``max_seeds``.
+    """
+    for seeds in range(2, max_seeds + 1):
+        if paired_power(effect, difference_sd, seeds, confidence) >= power:
+            return seeds
+    raise ValueError(f"power {power} for an effect of {effect} is not reached with {max_seeds} seeds")
