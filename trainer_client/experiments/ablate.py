@@ -4,9 +4,11 @@ For every arm (a preset ``baseline|sdpo|replay|full`` × a shaping strategy × a
 train with :func:`trainer_client.experiments.train.run_training` against one env server (started here unless
 ``--env-url`` is given), then evaluate the trained policy on held-out problems with the one
 evaluation path, :func:`trainer_client.experiments.heldout.evaluate_first_answers` (the tool-call format the
-policy was trained in; greedy first answer, pass@k at temperature 1), plus greedy whole debates
-for the episode reward (:func:`trainer_client.experiments.heldout.evaluate_episodes`), in the arm's episode
-mode (the solver's prompt differs by mode). The starting policy is evaluated on the same problems
+policy was trained in; greedy first answer, avg@k and pass@k at the runs' training temperature),
+plus greedy and sampled whole debates for the final accuracy
+(:func:`trainer_client.experiments.heldout.evaluate_episodes`), all through
+:func:`trainer_client.experiments.policy_eval.evaluate_policy`, in the arm's episode mode (the
+solver's prompt differs by mode). The starting policy is evaluated on the same problems
 in every mode an arm uses, so every gain is paired with the start in the arm's own mode.
 
 Controls, in the same report:
@@ -183,8 +185,9 @@ def run_ablation(args: argparse.Namespace) -> Path:
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
     from env_server.provenance import provenance
     from trainer_client.config import PRESETS, TINY_MODELS, load_config, tiny_model_teachers
-    from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers, heldout_seeds
+    from trainer_client.experiments.heldout import heldout_seeds
     from trainer_client.experiments.hint_probe import probe_hints
+    from trainer_client.experiments.policy_eval import evaluate_policy
     from trainer_client.experiments.reporting import write_ablation_report
     from trainer_client.experiments.sft import gold_debate_family
     from trainer_client.experiments.tiny_model import tiny_model_path
@@ -213,28 +216,27 @@ def run_ablation(args: argparse.Namespace) -> Path:
     # (choosing settings; from VALIDATION_SEED_BASE, disjoint by seed, and by content for split families)
     seeds_heldout = heldout_seeds(args.heldout, start=0 if args.split == "heldout" else
                                   VALIDATION_SEED_BASE - HELDOUT_SEED_BASE)
-    eval_kwargs = {"k": args.pass_k, "temperature": 1.0, "max_rounds": base.max_rounds or 1}
+    eval_kwargs = {"k": args.pass_k, "debate_k": args.pass_k if args.debate_k is None else args.debate_k,
+                   "temperature": ablation_temperature(args.overrides, base, base.model in TINY_MODELS),
+                   "max_rounds": base.max_rounds or 1}
 
     t0 = time.perf_counter()
     model, tokenizer = _load(model_path)
     # The starting policy is evaluated in every mode an arm trains in (the solver's prompt
     # differs by mode, RFC 0006), and in debate mode for the SFT control's gold debates.
-    befores: dict[str, tuple[dict[str, Any], list[bool]]] = {}
+    befores: dict[str, tuple[dict[str, Any], dict[str, list[float]]]] = {}
     eval_seconds: list[float] = []
     for mode in dict.fromkeys(["debate", *(arm.mode for arm in arms)]):
-        report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs, mode=mode)
-        episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"],
-                                     mode=mode)
-        eval_seconds.append(report.seconds + episodes.seconds)
-        befores[mode] = (report.summary() | {"episode_reward": episodes.episode_reward,
-                                             "finished_rate": episodes.finished_rate},
-                         [r.correct for r in report.records])
-        if mode == "debate":
-            before = report
-    golds = [r.gold for r in before.records]
-    controls: dict[str, Any] = (static_controls(golds, [r.problem for r in before.records])
+        start_figures = evaluate_policy(model, tokenizer, source, seeds_heldout, **eval_kwargs, mode=mode)
+        eval_seconds.append(start_figures.figures["seconds"])
+        befores[mode] = (start_figures.figures, start_figures.per_problem)
+    before = befores["debate"][0]
+    heldout_problems = [source.by_seed(s) for s in seeds_heldout]
+    controls: dict[str, Any] = (static_controls([p.answer for p in heldout_problems],
+                                                [p.problem for p in heldout_problems])
                                 if "static" in args.controls else {})
-    log.info("starting policy: %s accuracy %.3f on %d problems (%.0f s)", args.split, before.accuracy, before.n,
+    log.info("starting policy: %s accuracy %.3f (sampled %s, final %.3f) on %d problems (%.0f s)", args.split,
+             before["accuracy"], before["sampled_accuracy"], before["final_accuracy"], before["n"],
              time.perf_counter() - t0)
     # does the starting policy read hints? (the hints hint distillation distils; validation problems)
     hint_probe = probe_hints(model, tokenizer, source, heldout_seeds(
@@ -277,7 +279,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                     clear_unfinished(run_dir)
                     steps_bar.reset(total=config.max_steps)
                     start = time.perf_counter()
-                    run_training(config, progress=False, callbacks=[_step_bar_callback(steps_bar)])
+                    run_training(config, False, [_step_bar_callback(steps_bar)], getattr(args, "max_failed_share", None))
                     rl_seconds = time.perf_counter() - start
                     result = _evaluate_run(arm.name, seed, run_dir, rl_seconds, config.gold_supervised, source,
                                            seeds_heldout, eval_kwargs | {"mode": arm.mode}, eval_seconds)
@@ -312,6 +314,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "split": args.split, "hint_probe": hint_probe,
         "heldout_problems": len(seeds_heldout), "heldout_seeds": [seeds_heldout[0], seeds_heldout[-1]],
         "seeds": args.seeds, "control_seeds": control_seeds, "max_steps": config.max_steps, "pass_k": args.pass_k,
+        "debate_k": eval_kwargs["debate_k"], "temperature": eval_kwargs["temperature"],
         "eval_seconds_mean": sum(eval_seconds) / len(eval_seconds),
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
@@ -388,28 +391,36 @@ TINY_ABLATION_SETTINGS: dict[str, Any] = {
 TINY_MODEL_SETTINGS: dict[str, dict[str, Any]] = {"tiny-sums": {"learning_rate": 1e-4, "temperature": 0.7}}
 
 
+def ablation_temperature(overrides: dict[str, Any], base: Any, tiny: bool) -> float:
+    """The sampling temperature of an ablation's runs, at which its sampled figures are measured:
+    ``-o temperature=...``, else a tiny model's protocol setting (:data:`TINY_MODEL_SETTINGS`,
+    :data:`TINY_ABLATION_SETTINGS`), else the config's."""
+    if "temperature" in overrides:
+        return float(overrides["temperature"])
+    if tiny:
+        settings = {**TINY_ABLATION_SETTINGS, **TINY_MODEL_SETTINGS.get(str(base.model), {})}
+        if "temperature" in settings:
+            return float(settings["temperature"])
+    return float(base.temperature)
+
+
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
-    from env_server.protocol.markers import Role
-    from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers
+    from trainer_client.experiments.policy_eval import evaluate_policy
     from trainer_client.experiments.reporting import read_metrics
     from trainer_client.experiments.run_policies import load_run_policies
 
     model, tokenizer, play_as = load_run_policies(run_dir)  # per-role adapters: each role's own
+    evaluation = evaluate_policy(model, tokenizer, source, seeds_heldout, **eval_kwargs, play_as=play_as)
+    eval_seconds.append(evaluation.figures["seconds"])
+    heldout = evaluation.figures
     mode = eval_kwargs.get("mode", "debate")
-    with play_as(Role.SOLVER):
-        report = evaluate_first_answers(model, tokenizer, source, seeds_heldout, **eval_kwargs)
-    episodes = evaluate_episodes(model, tokenizer, source, seeds_heldout, max_rounds=eval_kwargs["max_rounds"],
-                                 mode=mode, play_as=play_as)
-    eval_seconds.append(report.seconds + episodes.seconds)
-    heldout = report.summary() | {"episode_reward": episodes.episode_reward, "finished_rate": episodes.finished_rate,
-                                  "judge_accuracy": episodes.judge_accuracy}
     (run_dir / "heldout.json").write_text(json.dumps(heldout, indent=2))
     metrics = run_dir / "metrics.jsonl"
     curve = read_metrics(metrics) if metrics.exists() else []
     pairs = max((line.get("pairs/stored", 0.0) for line in curve), default=0.0)
     return RunResult(arm, seed, rl_seconds, len(curve), gold, curve, run_means(curve), pairs, heldout,
-                     [r.correct for r in report.records], mode, replay_figures(curve))
+                     evaluation.correct, mode, replay_figures(curve), per_problem=evaluation.per_problem)
 
 
 def _sft_control(model_path: str | Path, problems: str | None, seed: int, seconds: float, out: Path, source: Any,
@@ -486,7 +497,11 @@ def add_ablate_command(sub: Any) -> None:
     ablate.add_argument("--split", choices=["heldout", "validation"], default="heldout",
                         help="evaluate on held-out problems (seeds from 10^9: results) or validation problems "
                              "(seeds from 10^9 + 500,000: choosing settings)")
-    ablate.add_argument("--pass-k", type=int, default=8, help="samples per held-out problem for pass@k (0: none)")
+    ablate.add_argument("--pass-k", type=int, default=8,
+                        help="first-answer samples per problem at the run's training temperature, for sampled "
+                             "accuracy (avg@k) and pass@k (0: greedy only)")
+    ablate.add_argument("--debate-k", type=int, default=None,
+                        help="sampled whole debates per problem for the sampled final accuracy (default: --pass-k; 0: none)")
     ablate.add_argument("--controls", nargs="*", default=list(CONTROLS), choices=CONTROLS,
                         help="controls to run: static (best constant, copy from prompt), shuffled (rewards "
                              "shuffled within each batch), sft (SFT on gold debates for the baseline's wall-clock)")

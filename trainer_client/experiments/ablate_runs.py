@@ -47,6 +47,9 @@ class RunResult:
     #: trace replay's teachers and pairs (:func:`~trainer_client.experiments.run_figures.replay_figures`;
     #: empty without replay)
     replay: dict[str, Any] = field(default_factory=dict)
+    #: ``{metric: (N,) floats}`` per problem (:data:`~trainer_client.experiments.policy_eval.ACCURACY_METRICS`;
+    #: empty in results saved before these were measured)
+    per_problem: dict[str, list[float]] = field(default_factory=dict)
     #: taken from an earlier sitting's ``result.json`` instead of trained now
     reused: bool = False
 

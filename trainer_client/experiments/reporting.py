@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -136,11 +136,37 @@ def _trailing_mean(values: Sequence[float], window: int) -> list[float]:
 
 #: Trace replay's per-step figures (the third panel of the training plot when logged).
 REPLAY_KEYS = ("replay/chosen_logp", "replay/rejected_logp", "replay/heldout/chosen_logp", "replay/heldout/rejected_logp")
+#: The step's peak memory, GiB (the last panel, with each channel's ``time/<channel>_s``).
+PEAK_MEMORY_KEY = "memory/peak_gib"
+
+
+def _plot_costs(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str]) -> None:
+    """Each channel's seconds per step (``time/<channel>_s``) and, on a second axis, the step's
+    peak memory (``memory/peak_gib``)."""
+    for key in keys:
+        points = [(line["step"], line[key]) for line in lines if key in line]
+        if points:
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, marker="o", label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds per step")
+    ax.set_title("loss channels' cost")
+    ax.grid(alpha=0.3)
+    memory = [(line["step"], line[PEAK_MEMORY_KEY]) for line in lines if PEAK_MEMORY_KEY in line]
+    handles, labels = ax.get_legend_handles_labels()
+    if memory:
+        twin = ax.twinx()
+        steps, values = zip(*memory, strict=True)
+        drawn = twin.plot(steps, values, color="black", linestyle="--", label=f"{PEAK_MEMORY_KEY} (right)")
+        twin.set_ylabel("GiB")
+        handles, labels = [*handles, *drawn], [*labels, drawn[0].get_label()]
+    ax.legend(handles, labels, fontsize=8)
 
 
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Plot per-role rewards, the three loss channels and, when logged, trace replay's chosen and
-    rejected log-probs (trained and held-out pairs) against the step. With 10 steps or
+    rejected log-probs (trained and held-out pairs) and what the channels cost (each one's
+    seconds per step, the step's peak memory: :mod:`trainer_client.losses.costs`) against the step. With 10 steps or
     more, each reward is drawn faint per step with its trailing mean over
     :data:`SMOOTHING_STEPS` steps on top (one batch holds only a few problems, so per-step
     rewards jump between 0 and 1).
@@ -164,11 +190,16 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     if not lines:
         raise ValueError(f"{metrics_path} holds no metrics")
     replay = any(key in line for line in lines for key in REPLAY_KEYS)
-    fig, axes = plt.subplots(1, 3 if replay else 2, figsize=(16.5 if replay else 11, 4))
+    cost_keys = sorted({key for line in lines for key in line if key.startswith("time/") and key.endswith("_s")})
+    cost = bool(cost_keys) or any(PEAK_MEMORY_KEY in line for line in lines)
+    count = 2 + replay + cost
+    fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     rewards_ax, loss_ax = axes[0], axes[1]
     panels = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")]
     if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
         panels.append((axes[2], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
+    if cost:  # what each channel costs in this run (trainer_client.losses.costs)
+        _plot_costs(axes[-1], lines, cost_keys)
     for ax, keys, title in panels:
         for key in keys:
             points = [(line["step"], line[key]) for line in lines if key in line]
@@ -192,7 +223,8 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     return out_path
 
 
-def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str, tuple[dict[str, Any], list[bool]]],
+def write_ablation_report(out: Path, protocol: dict[str, Any],
+                          befores: Mapping[str, tuple[dict[str, Any], Mapping[str, list[float]] | list[bool]]],
                           results: list[Any], controls: dict[str, dict[str, Any]],
                           provenance: dict[str, Any] | None = None) -> None:
     """Write ``summary.json``, ``report.md`` and ``report.png`` of a ``mathdebate ablate`` run.
@@ -204,7 +236,9 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             in that mode (:meth:`HeldoutReport.summary
             <trainer_client.experiments.heldout.HeldoutReport.summary>`, plus ``episode_reward`` and
             ``finished_rate`` of :func:`~trainer_client.experiments.heldout.evaluate_episodes` when
-            measured) and its ``(N,)`` per-problem correctness. Each arm is compared with the
+            measured) and its per-problem vectors (``{metric: (N,) floats}``,
+            :attr:`~trainer_client.experiments.policy_eval.PolicyEvaluation.per_problem`; a bare
+            ``(N,)`` bool list is the greedy accuracy's). Each arm is compared with the
             starting policy in its own mode (a run's ``mode``).
         results: :class:`~trainer_client.experiments.ablate.RunResult` per (arm, seed), controls included.
         controls: the answer-only controls (:func:`~trainer_client.experiments.ablate.static_controls`).
@@ -214,6 +248,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
     Raises:
         KeyError: a run's mode has no starting-policy figures in ``befores``.
     """
+    from trainer_client.experiments.policy_eval import ACCURACY_METRICS
     from trainer_client.experiments.stats import mean_interval, paired_gain
 
     arms: dict[str, list[Any]] = {}
@@ -226,27 +261,25 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
         summary["before_by_mode"] = {mode: figures for mode, (figures, _) in befores.items()}
     for name, runs in arms.items():
         mode = runs[0].mode
-        b, before_correct = befores[mode]
-        gain = paired_gain(before_correct, [r.correct for r in runs])
+        b, before_vectors = befores[mode]
+        entry: dict[str, Any] = {"mode": mode, "seeds": [r.seed for r in runs]}
+        for metric in ACCURACY_METRICS:
+            entry.update(_metric_entry(metric, b, _vectors(before_vectors), runs))
+        gain = paired_gain(_vectors(before_vectors)["accuracy"], [r.correct for r in runs])
         after = {key: mean_interval([r.heldout[key] for r in runs]).mean
-                 for key in ("accuracy", "valid_rate", "accuracy_valid", "pass_at_k", "episode_reward", "finished_rate")
-                 if runs[0].heldout.get(key) is not None}
-        summary["arms"][name] = {
-            "mode": mode,
-            "accuracy_before": b["accuracy"],
-            "accuracy_after": after["accuracy"],
-            "seeds": [r.seed for r in runs],
-            "accuracy_after_by_seed": [r.heldout["accuracy"] for r in runs],
+                 for key in ("valid_rate", "accuracy_valid", "episode_reward", "finished_rate", *_DEBATE_FIGURES)
+                 if runs[0].heldout.get(key) is not None and all(r.heldout.get(key) is not None for r in runs)}
+        entry.update({
             "gain_by_seed_ci95": [gain.by_seed.low, gain.by_seed.high],
             "gain_by_problem_ci95": [gain.by_problem.low, gain.by_problem.high],
             "valid_rate_after": after.get("valid_rate"),
             "accuracy_valid_after": after.get("accuracy_valid"),
-            "pass_at_k_after": after.get("pass_at_k"),
             "valid_rate_before": b.get("valid_rate"),
-            "pass_at_k_before": b.get("pass_at_k"),
             "episode_reward_before": b.get("episode_reward"),
             "episode_reward_after": after.get("episode_reward"),
             "finished_rate_after": after.get("finished_rate"),
+            "debate_before": {key: b.get(key) for key in _DEBATE_FIGURES},
+            "debate_after": {key: after.get(key) for key in _DEBATE_FIGURES},
             "rl_seconds": [r.rl_seconds for r in runs],
             "steps": [r.steps for r in runs],
             "gold_supervised": any(r.gold_supervised for r in runs),
@@ -254,11 +287,44 @@ def write_ablation_report(out: Path, protocol: dict[str, Any], befores: dict[str
             "replay_by_seed": [r.replay for r in runs],
             "reused_by_seed": [r.reused for r in runs],
             "run_means": {k: sum(r.means.get(k, 0.0) for r in runs) / len(runs) for k in runs[0].means},
-        }
+        })
+        summary["arms"][name] = entry
     summary["effects"] = channel_effects(arms)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
     (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
+
+
+#: The debate's own figures, greedy and sampled (:func:`~trainer_client.experiments.policy_eval.evaluate_policy`).
+_DEBATE_FIGURES = tuple(f"{prefix}{key}" for prefix in ("", "sampled_") for key in (
+    "balanced_verdict_accuracy", "verdict_accuracy_right", "verdict_accuracy_wrong", "judge_copies_solver",
+    "wrong_to_right", "right_to_wrong"))
+
+
+def _vectors(before: Mapping[str, list[float]] | list[bool]) -> Mapping[str, list[float]]:
+    """The starting policy's per-problem vectors (a bare list is the greedy accuracy's, as before)."""
+    return {"accuracy": [float(x) for x in before]} if isinstance(before, list) else before
+
+
+def _metric_entry(metric: str, before: dict[str, Any], before_vectors: Mapping[str, list[float]],
+                  runs: list[Any]) -> dict[str, Any]:
+    """``<metric>_before``, ``<metric>_after`` (mean over seeds), ``<metric>_after_by_seed`` and, where
+    every run has the per-problem vector, ``<metric>_gain_by_seed_ci95`` and
+    ``<metric>_gain_by_problem_ci95`` (:func:`~trainer_client.experiments.stats.paired_gain`); ``None``
+    where the metric was not measured."""
+    from trainer_client.experiments.stats import paired_gain
+
+    by_seed = [r.heldout.get(metric) for r in runs]
+    measured = all(x is not None for x in by_seed)
+    entry: dict[str, Any] = {f"{metric}_before": before.get(metric),
+                             f"{metric}_after": sum(by_seed) / len(by_seed) if measured and by_seed else None,
+                             f"{metric}_after_by_seed": by_seed if measured else None}
+    vectors = [r.correct if metric == "accuracy" else r.per_problem.get(metric) for r in runs]
+    if metric in before_vectors and all(v for v in vectors):
+        gain = paired_gain(before_vectors[metric], vectors)
+        entry[f"{metric}_gain_by_seed_ci95"] = [gain.by_seed.low, gain.by_seed.high]
+        entry[f"{metric}_gain_by_problem_ci95"] = [gain.by_problem.low, gain.by_problem.high]
+    return entry
 
 
 def channel_effects(arms: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
@@ -294,7 +360,7 @@ def _pct(fraction: float | None) -> str:
 
 
 def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
-                       befores: dict[str, tuple[dict[str, Any], list[bool]]]) -> str:
+                       befores: Mapping[str, tuple[dict[str, Any], Mapping[str, list[float]] | list[bool]]]) -> str:
     from trainer_client.experiments.stats import paired_gain
 
     p = summary["protocol"]
@@ -303,7 +369,8 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
         f"Model `{p['model']}`, problems `{p['problems']}`, {p['heldout_problems']} held-out problems "
         f"(seeds {p['heldout_seeds'][0]}..{p['heldout_seeds'][1]}), {p['seeds']} seeds"
         f"{_control_seeds_note(p)}, {p['max_steps']} steps per run, "
-        f"greedy first answer; pass@{p['pass_k']} at temperature 1. Evaluation: {p['eval_seconds_mean']:.0f} s per "
+        f"greedy first answer; avg@{p['pass_k']} and pass@{p['pass_k']} at temperature {p.get('temperature', 1.0)}. "
+        f"Evaluation: {p['eval_seconds_mean']:.0f} s per "
         "policy (timed apart from training).", "",
         f"Command: `{p['command']}`", "",
         "![report](report.png)", "",
@@ -315,7 +382,7 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
     ]
     for name, arm in summary["arms"].items():
         runs = arms[name]
-        gain = paired_gain(befores[arm["mode"]][1], [r.correct for r in runs])
+        gain = paired_gain(_vectors(befores[arm["mode"]][1])["accuracy"], [r.correct for r in runs])
         step_time = arm["run_means"].get("step_time")
         lines.append(
             f"| {name} | {_pct(arm['accuracy_before'])} | {_pct(arm['accuracy_after'])} "
@@ -326,6 +393,7 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
             f"{sum(arm['rl_seconds']) / len(arm['rl_seconds']):.0f} | "
             f"{'-' if step_time is None else f'{step_time:.2f}'} | {sum(arm['pairs_stored']) / len(runs):.0f} | "
             f"{_pct(arm['run_means'].get('debate/error_site_rate'))} | {'yes' if arm['gold_supervised'] else 'no'} |")
+    lines += _accuracy_table(summary)
     if len(befores) > 1:
         lines += ["", "Each arm's *before* is the starting policy evaluated in the arm's own episode mode (the "
                   "solver's prompt differs by mode): " + ", ".join(
@@ -378,6 +446,35 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
         lines.append(f"| {name} | {_pct(m.get('debate/reward/solver'))} | {_pct(m.get('debate/reward/verifier'))} | "
                      f"{_pct(m.get('debate/judge_accuracy'))} | {_pct(m.get('debate/episode_reward'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _accuracy_table(summary: dict[str, Any]) -> list[str]:
+    """Every accuracy before → after with its seed-level paired 95% interval, and the debate's own
+    figures (greedy / sampled), one row per arm."""
+    names = {"accuracy": "greedy first answer", "sampled_accuracy": "sampled first answer (avg@k)",
+             "pass_at_k": "pass@k", "final_accuracy": "debate final, greedy",
+             "sampled_final_accuracy": "debate final, sampled"}
+    lines = ["", "## Every accuracy (percent; gains in points, seed-level paired 95% intervals)", "",
+             "| arm | " + " | ".join(names.values()) + " |", "|---|" + "---|" * len(names)]
+    for name, arm in summary["arms"].items():
+        cells = []
+        for metric in names:
+            before, after = arm.get(f"{metric}_before"), arm.get(f"{metric}_after")
+            ci = arm.get(f"{metric}_gain_by_seed_ci95")
+            gain = ("" if before is None or after is None or ci is None else
+                    f" ({100 * (after - before):+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}])")
+            cells.append(f"{_pct(before)} → {_pct(after)}{gain}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    figures = {"balanced_verdict_accuracy": "balanced verdict accuracy", "judge_copies_solver": "judge copies solver",
+               "wrong_to_right": "wrong first answer → right final", "right_to_wrong": "right first answer → wrong final"}
+    lines += ["", "The debate's own figures (percent of debates; greedy / sampled; before → after):", "",
+              "| arm | " + " | ".join(figures.values()) + " |", "|---|" + "---|" * len(figures)]
+    for name, arm in summary["arms"].items():
+        b, a = arm.get("debate_before", {}), arm.get("debate_after", {})
+        lines.append(f"| {name} | " + " | ".join(
+            f"{_pct(b.get(key))} / {_pct(b.get('sampled_' + key))} → {_pct(a.get(key))} / {_pct(a.get('sampled_' + key))}"
+            for key in figures) + " |")
+    return lines
 
 
 def _ablation_plot(path: Path, arms: dict[str, list[Any]], before: dict[str, Any],
