@@ -42,6 +42,7 @@ import torch
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
+from trainer_client.credit.fidelity import credit_fidelity
 from trainer_client.credit.gigpo import NormMode
 from trainer_client.credit.role_samples import (
     RoleSamples,
@@ -90,7 +91,8 @@ class BatchAdvantages:
             tool output, padding and tokens after the debate).
         samples: the gathered batch's role samples (for metrics).
         shaped: ``(N,)`` shaped reward per role sample.
-        metrics: estimator metrics (e.g. ``gigpo/anchor_fraction``).
+        metrics: estimator metrics (e.g. ``gigpo/anchor_fraction``) and each role's credit
+            fidelity and signal (:func:`~trainer_client.credit.fidelity.credit_fidelity`).
     """
 
     advantages: torch.Tensor
@@ -218,6 +220,7 @@ def batch_advantages(
     else:
         sample_advantages = group_normalize(shaped, samples.roles, samples.group_ids, scale=scale)
         per_turn_all = turn_values(samples, sample_advantages)
+    metrics.update(credit_fidelity(all_records, per_turn_all))
     per_turn = per_turn_all[first_rollout:first_rollout + len(segments)]
     # 8. tokens
     spans = [role_spans(segs) if segs is not None else [] for segs in segments]

@@ -28,7 +28,7 @@ from trainer_client.credit.shaping import (
 )
 from trainer_client.credit.shaping.base import VERIFIER_ACCEPT_PROB, ShapingBatch
 
-BUILTIN = ("coma_advantage", "difference_rewards", "identity", "potential_based", "reward_mixing")
+BUILTIN = ("coma_advantage", "difference_rewards", "identity", "own_outcome", "potential_based", "reward_mixing")
 
 
 def facts(first: bool, final: bool, local_solver: float = 0.0, local_verifier: float = 0.0) -> CounterfactualFacts:
@@ -63,6 +63,7 @@ STRATEGIES = [
     ("difference_rewards", {}),
     ("coma_advantage", {}),
     ("reward_mixing", {"alpha": 0.3}),
+    ("own_outcome", {}),
 ]
 
 
@@ -203,6 +204,21 @@ def test_potential_has_parsable_answer_hand_computed():
     np.testing.assert_allclose(out, [0.5, 0.0, 0.5, 1.0, 1.5, 1.0, 1.0])
     assert out.dtype == np.float32
     np.testing.assert_array_equal(resolve_sample_values(out, rewards, labels), [0.5, 0, 0, 1, 1.5, 0, 1])
+
+
+# --------------------------------------------------------------------------- own_outcome
+
+
+def test_own_outcome_credits_each_role_with_its_own_turns_not_the_judges_answer():
+    rewards, labels, metadata = mixed_batch()
+    # debate 0: the solver's answers right half the time, the verifier right, G = 1;
+    # debate 1: the solver right, the verifier wrong (it broke the answer), G = 0
+    out = shape("own_outcome", rewards, labels, metadata)
+    np.testing.assert_array_equal(out, [0.5, 1.0, 0.0, 1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(shape("reward_mixing", rewards, labels, metadata, alpha=0.0), out)
+    # alpha 1 is identity; without facts a role's own outcome is G
+    np.testing.assert_array_equal(shape("reward_mixing", rewards, labels, metadata, alpha=1.0), [1, 1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(shape("own_outcome", rewards, labels, {}), [1, 1, 0, 0, 0, 0])
 
 
 # --------------------------------------------------------------------------- difference_rewards

@@ -3,7 +3,7 @@
 A strategy maps a typed batch (:class:`ShapingBatch`) of ``N`` (rollout, role) samples' raw rewards
 to shaped rewards, as one ``(N,)`` array or one ``(N,)`` array per role; the contract is in
 :mod:`trainer_client.credit.shaping.base`. Built-in strategies: ``identity``, ``potential_based``,
-``difference_rewards``, ``coma_advantage``, ``reward_mixing``. The mapping of shaped values
+``difference_rewards``, ``coma_advantage``, ``reward_mixing``, ``own_outcome``. The mapping of shaped values
 onto turns and tokens is :mod:`trainer_client.credit.role_samples`.
 """
 
@@ -23,6 +23,7 @@ from trainer_client.credit.shaping.difference import DifferenceRewardsStrategy
 from trainer_client.credit.shaping.identity import IdentityStrategy
 from trainer_client.credit.shaping.metrics import shaping_metrics
 from trainer_client.credit.shaping.mixing import MixingParams, RewardMixingStrategy
+from trainer_client.credit.shaping.own_outcome import OwnOutcomeStrategy
 from trainer_client.credit.shaping.potential import PotentialBasedStrategy, PotentialParams
 from trainer_client.credit.shaping.registry import (
     available_strategies,
@@ -37,6 +38,7 @@ __all__ = [
     "DifferenceRewardsStrategy",
     "IdentityStrategy",
     "MixingParams",
+    "OwnOutcomeStrategy",
     "PotentialBasedStrategy",
     "PotentialParams",
     "RewardMixingStrategy",

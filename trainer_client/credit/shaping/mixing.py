@@ -2,8 +2,8 @@
 
 ``r_role = α·G + (1 − α)·local_role``: ``G`` is the sample's raw episode reward, ``local_role``
 the role's own per-turn reward averaged over its turns (``CounterfactualFacts.local_rewards``:
-the solver's answer correctness, the verifier's verdict accuracy). ``α = 1`` is the pure team
-reward, ``α = 0`` pure local credit.
+the solver's answer correctness, the verifier's verdict accuracy; ``own_outcome``'s value). ``α = 1``
+is ``identity``, ``α = 0`` is ``own_outcome``.
 
 In ``single`` mode (RFC 0006) the solver's local reward is its one answer's correctness, i.e.
 ``G``, so ``r_solver = G`` for any ``α``: the strategy gives what ``identity`` gives.
@@ -16,6 +16,7 @@ from pydantic import Field
 
 from env_server.protocol.markers import Role
 from trainer_client.credit.shaping.base import RewardShapingStrategy, ShapingBatch, StrategyParams
+from trainer_client.credit.shaping.own_outcome import own_outcomes
 from trainer_client.credit.shaping.registry import register_strategy
 
 __all__ = ["MixingParams", "RewardMixingStrategy"]
@@ -47,14 +48,8 @@ class RewardMixingStrategy(RewardShapingStrategy):
     params: MixingParams
 
     def shape(self, batch: ShapingBatch) -> dict[Role, np.ndarray]:
-        rewards, facts = batch.rewards, batch.facts_or_none()
-        alpha = self.params.alpha
+        rewards, alpha = batch.rewards, self.params.alpha
         values = rewards.astype(np.float64)
-        shaped = {}
-        for role in batch.present_roles():
-            local = np.array([
-                g if f is None else f.local_rewards.get(role, g) for g, f in zip(values, facts, strict=True)
-            ])
-            # local + α·(G − local) == α·G + (1 − α)·local, and exactly G when local == G
-            shaped[role] = (local + alpha * (values - local)).astype(rewards.dtype)
-        return shaped
+        # local + α·(G − local) == α·G + (1 − α)·local, and exactly G when local == G
+        return {role: (local + alpha * (values - local)).astype(rewards.dtype)
+                for role, local in own_outcomes(batch).items()}
