@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from env_server import cli as server_cli
+from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE, TooManyFailuresError
 
-__all__ = ["SERVER_COMMANDS", "demo_config", "main"]
+__all__ = ["SERVER_COMMANDS", "add_failure_options", "demo_config", "main"]
 
 #: Commands that ``env_server.cli`` serves alone: they start without loading the trainer.
 SERVER_COMMANDS = frozenset({"serve", "play", "view"})
@@ -46,6 +47,17 @@ def _add_train_args(parser: argparse.ArgumentParser) -> None:
                         help="per-role group normalisation (grpo, default) or GiGPO step-level credit (gigpo)")
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, dotted (e.g. -o sdpo.token_clip=5 -o reward_shaping.strategy=difference_rewards)")
+
+
+def add_failure_options(sub: Any) -> None:
+    """``--max-failed-share`` on the commands that train (``train``, ``ablate``), defined once:
+    a run stops, writes its outputs and exits 3 when more than that share of its model requests
+    (endpoint roles, endpoint teachers) failed (``docs/failures.md``)."""
+    for name in ("train", "ablate"):
+        sub.choices[name].add_argument(
+            "--max-failed-share", type=float, default=DEFAULT_MAX_FAILED_SHARE,
+            help="stop and exit 3 when more than this share of a run's model requests (endpoint roles, endpoint "
+                 f"teachers) failed (default {DEFAULT_MAX_FAILED_SHARE:g}; docs/failures.md)")
 
 
 def _add_resume_arg(parser: argparse.ArgumentParser) -> None:
@@ -89,19 +101,30 @@ def _train_config_or_exit(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``mathdebate train``: validate the config (before anything starts), then train."""
+    """``mathdebate train``: validate the config (before anything starts), then train. Exits 2 on
+    a bad configuration, 3 when more than ``--max-failed-share`` of the model requests failed
+    (after writing and printing the run's outputs)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from trainer_client.experiments.checkpoints import ResumeError
     from trainer_client.experiments.train import run_training
 
     config = _train_config_or_exit(args)
+    if not 0.0 <= args.max_failed_share <= 1.0:
+        print("mathdebate train: --max-failed-share is a share in [0, 1]", file=sys.stderr)
+        return 2
+    failed: TooManyFailuresError | None = None
     try:
-        output_dir = run_training(config)
+        output_dir = run_training(config, max_failed_share=args.max_failed_share)
     except ResumeError as exc:
         print(f"mathdebate train: cannot resume: {exc}", file=sys.stderr)
         return 2
+    except TooManyFailuresError as exc:
+        failed, output_dir = exc, Path(exc.output_dir or config.output_dir)
     if int(os.environ.get("RANK", "0")) == 0:  # set by torchrun / accelerate launch
         print(f"metrics: {output_dir / 'metrics.jsonl'}\nplot: {output_dir / 'training.png'}\nmodel: {output_dir / 'final'}")
+    if failed is not None:
+        print(f"mathdebate train: {failed}", file=sys.stderr)
+        return FAILED_RUN_EXIT_CODE
     return 0
 
 
@@ -263,7 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainer_client.experiments.ablate import add_ablate_command
     from trainer_client.export.command import add_export_command
 
-    return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command, add_export_command])
+    try:
+        return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command,
+                                                     add_export_command, add_failure_options])
+    except TooManyFailuresError as exc:  # a training run of `ablate` (`train` prints its outputs first)
+        print(f"mathdebate {args[0]}: {exc}", file=sys.stderr)
+        return FAILED_RUN_EXIT_CODE
 
 
 if __name__ == "__main__":

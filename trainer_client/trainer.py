@@ -6,11 +6,14 @@ seam to TRL's internals); the maths lives in small modules:
 - :meth:`DebateGRPOTrainer.on_completions`: after TRL's tool loop, a debate the rollout left
   open is finished with the rollout's last assistant message (``EpisodeTrace.finish``).
 - :meth:`DebateGRPOTrainer.on_scored_batch` (before TRL shuffles the batch): gathers the
-  graded records (through each environment's ``trace``), the completion segments and, when
+  graded records (through each environment's ``trace``), the completion segments, which
+  rollouts failed (an endpoint role's request failed for good: dropped from their groups,
+  :mod:`trainer_client.credit.failed_rollouts`, counted as ``rollouts/failed``) and, when
   needed, the policy's verdict probabilities (COMA) and GiGPO's step inputs, and runs the
   advantage pipeline (:mod:`trainer_client.credit.advantages`: every rewrite of a reward, then
-  shaping, the estimator and the ``(B, T)`` advantages); judge tokens and tokens of no turn are
-  masked out of the loss. Then each loss channel prepares what it needs from the batch.
+  shaping, the estimator and the ``(B, T)`` advantages); judge tokens, tokens of no turn and
+  dropped rollouts are masked out of the loss. Then each loss channel prepares what it needs
+  from the batch (dropped rollouts are not shown to it).
 - :meth:`DebateGRPOTrainer.compute_loss`: ``total = grpo + Σ_i weight_i · loss_i`` over the
   channels (:mod:`trainer_client.losses.base`): hint distillation (``α``), trace-replay DPO
   (``β``) and any registered from the config; each term is divided by the gradient-accumulation
@@ -27,7 +30,6 @@ import logging
 from contextlib import ExitStack
 from typing import Any
 
-import numpy as np
 import torch
 from accelerate.utils import gather_object
 
@@ -40,6 +42,7 @@ from trainer_client.credit.advantages import (
     user_rewards,
 )
 from trainer_client.credit.debate_metrics import debate_metrics
+from trainer_client.credit.failed_rollouts import scored_only, unfinished_rate, without_dropped
 from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.role_samples import announce_strategy
 from trainer_client.credit.shaping import RewardShapingStrategy, get_strategy
@@ -188,7 +191,8 @@ class DebateGRPOTrainer(GRPOHooks):
         unfinished = [any(turn.source == "forfeit" for turn in env.trace.turns) for env in environments]
         records = episode_rewards(records, user_results=results, use_score=self.reward_use_score,  # steps 1-2
                                   unfinished=unfinished, unfinished_reward=self.unfinished_debate_reward)
-        self.log_metric("debate/unfinished_rate", float(np.mean(unfinished)), mode)
+        failed = [k in (self.role_router.failed_rows if self.role_router else {}) for k in range(len(environments))]
+        self._log(unfinished_rate(unfinished, failed), mode)  # a failed rollout's forfeits are not the policy's
         completion_mask, mask_key = output["completion_mask"], loss_mask_key(output)
         model_tokens = (completion_mask * output[mask_key]).tolist()
         segments = [completion_segments(messages, env.trace.turns, tokens)
@@ -196,6 +200,7 @@ class DebateGRPOTrainer(GRPOHooks):
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         assert num_generations is not None, "GRPOConfig resolves num_generations(_eval)"
         all_records = gather_object(records)  # step 3; groups are contiguous, as TRL lays them out
+        all_failed = gather_object(failed)  # logged as rollouts/failed, 0 without endpoint roles
         accept_probs = (self._verdict_probs(output, segments)
                         if VERIFIER_ACCEPT_PROB in self.shaping_strategy.extra_columns else None)
         gigpo = self._gigpo_inputs(records, environments, results) if self.advantage_estimator == "gigpo" else None
@@ -204,7 +209,7 @@ class DebateGRPOTrainer(GRPOHooks):
             self.accelerator.process_index * len(records), scale=self.scale_advantages,
             verifier_accept_probs=accept_probs, gigpo=gigpo, by_turn=self.advantage_estimator == "grpo_turn",
             shuffle_seed=self.args.seed * 1_000_003 + self.state.global_step if self.shuffle_rewards and mode == "train"
-            else None)
+            else None, failed=all_failed)
         self._log(result.metrics, mode)
         output["advantages"] = result.advantages.to(device)
         loss_mask = output[mask_key] * result.loss_mask.to(device=device, dtype=output[mask_key].dtype)
@@ -213,7 +218,8 @@ class DebateGRPOTrainer(GRPOHooks):
             loss_mask = loss_mask * self.role_router.untrained_mask(segments, width).to(device, loss_mask.dtype)
             output[ROUTES] = self.role_router.token_routes(segments, width).to(device)
             self._batch_routes = None
-        batch = ScoredBatch(output, records, environments, segments, self._batch_completions, mode, self.state.global_step)
+        shown = without_dropped(segments, result.dropped, self.accelerator.process_index * len(records))
+        batch = ScoredBatch(output, records, environments, shown, self._batch_completions, mode, self.state.global_step)
         for channel in self.channels:
             routed = channel.prepare(batch)
             if routed is not None:  # the channel takes these tokens away from the GRPO term
@@ -221,7 +227,9 @@ class DebateGRPOTrainer(GRPOHooks):
             self._log(channel.batch_metrics(), mode)
         output[mask_key] = loss_mask
         output["num_items_in_batch"] = self.accelerator.gather((completion_mask * loss_mask).sum()).sum()
-        self._log(debate_metrics(result.samples, result.shaped, all_records, segments), mode)
+        samples, shaped, scored = scored_only(result.samples, result.shaped, all_records, all_failed)
+        if scored:  # a failed rollout's reward is not the policy's
+            self._log(debate_metrics(samples, shaped, scored, segments), mode)
         return output
 
     def _log(self, metrics: dict[str, float], mode: str) -> None:

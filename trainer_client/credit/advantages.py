@@ -9,8 +9,12 @@ and writes the outputs into TRL's batch):
 2. **unfinished debates** (:func:`score_unfinished_debates`): a rollout whose debate the
    adapter had to finish by forfeiting turns gets ``unfinished_debate_reward`` as ``G``.
 3. *(the trainer gathers the records of every process)*
-4. **shuffled control** (:func:`shuffle_episode_rewards`; control runs only): ``G`` permuted
-   across the gathered batch.
+4. **failed rollouts** (:func:`~trainer_client.credit.failed_rollouts.drop_failed_rollouts`):
+   a rollout whose episode failed (a model request failed for good, issue 45) leaves its group
+   (a group id of its own), so every group is normalised over the rest; a group a failure left
+   with fewer than two scored rollouts gives nothing; their tokens leave the loss at step 8.
+   **shuffled control** (:func:`shuffle_episode_rewards`; control runs only): ``G`` permuted
+   across the gathered batch's scored rollouts.
 5. **role samples**: every rollout's record becomes one sample per role that acted
    (``role_samples.build_role_samples``); rollouts of one prompt share a group id.
 6. **shaping**: the configured strategy turns each sample's ``G`` into a shaped reward
@@ -23,7 +27,7 @@ and writes the outputs into TRL's batch):
    turns get 0.
 8. **tokens**: each turn's advantage is spread over the tokens of the assistant message that
    produced it (``spans.role_spans``, ``role_samples.token_tensors``); tokens of no trained
-   turn (judge, tool output, after the debate) are masked out of the loss.
+   turn (judge, tool output, after the debate) and of dropped rollouts are masked out of the loss.
 
 Steps 1-2 run on this process's ``B`` rollouts (:func:`episode_rewards`), steps 4-8 on the
 gathered batch (:func:`batch_advantages`). Shapes: ``B`` rollouts on this process, ``N`` role
@@ -42,6 +46,7 @@ import torch
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
+from trainer_client.credit.failed_rollouts import drop_failed_rollouts
 from trainer_client.credit.fidelity import credit_fidelity
 from trainer_client.credit.gigpo import NormMode
 from trainer_client.credit.role_samples import (
@@ -91,8 +96,11 @@ class BatchAdvantages:
             tool output, padding and tokens after the debate).
         samples: the gathered batch's role samples (for metrics).
         shaped: ``(N,)`` shaped reward per role sample.
-        metrics: estimator metrics (e.g. ``gigpo/anchor_fraction``) and each role's credit
-            fidelity and signal (:func:`~trainer_client.credit.fidelity.credit_fidelity`).
+        metrics: estimator metrics (e.g. ``gigpo/anchor_fraction``), each role's credit
+            fidelity and signal (:func:`~trainer_client.credit.fidelity.credit_fidelity`), and
+            with failure flags ``rollouts/failed`` and ``rollouts/dropped``.
+        dropped: per rollout of the gathered batch, whether it left the loss (failed, or in a
+            group a failure left too small); all ``False`` without failure flags.
     """
 
     advantages: torch.Tensor
@@ -100,6 +108,7 @@ class BatchAdvantages:
     samples: RoleSamples
     shaped: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+    dropped: tuple[bool, ...] = ()
 
 
 def shuffle_episode_rewards(records: Sequence[EpisodeRewards], seed: int) -> list[EpisodeRewards]:
@@ -171,6 +180,7 @@ def batch_advantages(
     gigpo: GiGPOInputs | None = None,
     shuffle_seed: int | None = None,
     by_turn: bool = False,
+    failed: Sequence[bool] | None = None,
 ) -> BatchAdvantages:
     """Advantages and loss mask of this process's rollouts (steps 4-8 of the module docstring).
 
@@ -191,6 +201,8 @@ def batch_advantages(
             ``None``: no shuffling.
         by_turn: the ``grpo_turn`` estimator (groups by prompt, role and that role's k-th
             turn: :func:`~trainer_client.credit.turn_groups.turn_group_values`) instead of ``grpo``.
+        failed: per rollout of ``all_records``, whether its episode failed (step 4; ``None``:
+            none did).
 
     Returns:
         :class:`BatchAdvantages` with ``B = len(segments)``.
@@ -198,11 +210,21 @@ def batch_advantages(
     Raises:
         ValueError: a record is missing, or lengths disagree.
     """
-    # 4. the shuffled-reward control
-    if shuffle_seed is not None:
-        all_records = shuffle_episode_rewards(all_records, seed=shuffle_seed)
-    # 5. role samples: one per (rollout, role)
     group_ids = [i // num_generations for i in range(len(all_records))]
+    metrics: dict[str, float] = {}
+    # 4. failed rollouts leave their groups; then the shuffled-reward control, over the scored ones
+    dropped = (False,) * len(all_records)
+    if failed is not None:
+        drop = drop_failed_rollouts(group_ids, failed)
+        group_ids, dropped = list(drop.group_ids), drop.dropped
+        metrics.update(drop.metrics)
+    if shuffle_seed is not None:
+        kept = [k for k, out in enumerate(dropped) if not out]
+        shuffled = shuffle_episode_rewards([all_records[k] for k in kept], seed=shuffle_seed)
+        all_records = list(all_records)
+        for k, record in zip(kept, shuffled, strict=True):
+            all_records[k] = record
+    # 5. role samples: one per (rollout, role)
     samples = build_role_samples(all_records, group_ids)
     if verifier_accept_probs is not None:
         column = tuple(verifier_accept_probs[k] if role is Role.VERIFIER else None for k, role in samples.index)
@@ -210,11 +232,11 @@ def batch_advantages(
     # 6. shaping
     shaped = shape_samples(strategy, samples)
     # 7. one advantage per debate turn
-    metrics: dict[str, float] = {}
     if gigpo is not None:
-        per_turn_all, metrics = gigpo_turn_values(
+        per_turn_all, gigpo_metrics = gigpo_turn_values(
             samples, shaped, gigpo.step_rewards, gigpo.observations, group_ids, omega=gigpo.omega, gamma=gigpo.gamma,
             mode=gigpo.mode, similarity_threshold=gigpo.similarity_threshold)
+        metrics.update(gigpo_metrics)
     elif by_turn:
         per_turn_all = turn_group_values(samples, shaped, scale=scale)
     else:
@@ -223,9 +245,10 @@ def batch_advantages(
     metrics.update(credit_fidelity(all_records, per_turn_all))
     per_turn = per_turn_all[first_rollout:first_rollout + len(segments)]
     # 8. tokens
-    spans = [role_spans(segs) if segs is not None else [] for segs in segments]
+    spans = [role_spans(segs) if segs is not None and not dropped[first_rollout + k] else []
+             for k, segs in enumerate(segments)]
     advantages, loss_mask = token_tensors(spans, per_turn, completion_length)
-    return BatchAdvantages(advantages, loss_mask, samples, shaped, metrics)
+    return BatchAdvantages(advantages, loss_mask, samples, shaped, metrics, tuple(dropped))
 
 
 def user_rewards(runner: Any, prompts: Sequence[Sequence[dict[str, Any]]], completions: Sequence[Sequence[dict[str, Any]]],

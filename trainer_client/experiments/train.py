@@ -5,6 +5,15 @@ run's outputs (``metrics.jsonl``, ``training.png``, ``config.yaml``, ``provenanc
 checkpoints holding the whole run, ``final/``). With ``resume_from_checkpoint`` the run
 continues from its last complete checkpoint (:mod:`trainer_client.experiments.checkpoints`).
 
+Failed requests (``docs/failures.md``): the model requests of a run are those of its endpoint
+roles and endpoint teachers. A rollout whose endpoint request failed is dropped from its group
+(``rollouts/failed`` in ``metrics.jsonl``), a teacher call that failed gives no pair; when more
+than ``max_failed_share`` of the requests have failed (over all processes, once at least
+:data:`MIN_REQUESTS_BEFORE_STOP` were made) training stops after the step, the outputs are
+written, and :func:`run_training` raises
+:class:`~env_server.client.failures.TooManyFailuresError` (the commands exit 3); the same check
+runs once more at the end.
+
 Nothing heavy is imported until :func:`run_training` runs."""
 
 from __future__ import annotations
@@ -20,13 +29,19 @@ from typing import Any
 import yaml
 
 from env_server import cli as server_cli
+from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FailureTally, TooManyFailuresError
 from env_server.client.replicas import parse_urls
 from env_server.provenance import provenance, write_provenance
 from trainer_client.experiments.tiny_model import is_tiny_model_name, tiny_model_path
 
-__all__ = ["load_model", "rank_path", "run_training"]
+__all__ = ["MIN_REQUESTS_BEFORE_STOP", "load_model", "rank_path", "run_training"]
 
 log = logging.getLogger(__name__)
+
+#: Training stops early for failed requests only once this many were made (over all processes),
+#: so that one failure among the first few requests does not end a run; the end-of-run check
+#: has no minimum.
+MIN_REQUESTS_BEFORE_STOP = 20
 
 
 def _fetch_json(url: str, token: str | None) -> Any:
@@ -50,7 +65,8 @@ def resolve_tiny_teachers(teachers: Sequence[Any], parent: Path) -> list[Any]:
             if t.kind == "hf" and is_tiny_model_name(t.model) else t for t in teachers]
 
 
-def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -> Path:
+def run_training(config, progress: bool = True, callbacks: Sequence[Any] = (),
+                 max_failed_share: float | None = None) -> Path:
     """Train with a validated :class:`~trainer_client.config.TrainConfig`; returns the output dir.
 
     Writes ``metrics.jsonl``, ``training.png``, ``config.yaml``, ``provenance.json``, checkpoints
@@ -62,19 +78,26 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = ()) -
     transformers' own bars of each model load and save are off during the run
     (:func:`~trainer_client.experiments.reporting.weight_bars_off`): the training bar is the one shown.
 
+    ``max_failed_share``: the share of the run's model requests (endpoint roles and teachers)
+    that may fail (``None``: :data:`~env_server.client.failures.DEFAULT_MAX_FAILED_SHARE`); above
+    it training stops and this raises, once the outputs are written (see the module docstring).
+
     Raises:
         ConnectionError: the env server does not answer.
         trainer_client.experiments.checkpoints.ResumeError: ``resume_from_checkpoint`` names no
             complete checkpoint, or one this run cannot continue (other process count, other
             initial policy, other loss channels).
+        env_server.client.failures.TooManyFailuresError: more than ``max_failed_share`` of the
+            model requests failed (the message has the counts and the first failure).
     """
     from trainer_client.experiments.reporting import weight_bars_off
 
     with weight_bars_off():
-        return _run_training(config, progress, callbacks)
+        return _run_training(config, progress, callbacks,
+                             DEFAULT_MAX_FAILED_SHARE if max_failed_share is None else max_failed_share)
 
 
-def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
+def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_share: float) -> Path:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental in TRL
     import torch
     from datasets import Dataset
@@ -106,6 +129,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         max_completion_length=config.max_completion_length,
         max_tool_calling_iterations=config.max_tool_calling_iterations,
         temperature=config.temperature,
+        generation_kwargs=config.generation_kwargs,
         loss_type=config.loss_type,
         beta=config.kl_beta,
         seed=config.seed,
@@ -252,6 +276,10 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
         log.info("resuming from %s (step %d)", resume.checkpoint, resume.step)
     if main:
         _write_run_provenance(output_dir, record, resume)
+    tallies = [t.failures for t in (policies.endpoint, teacher_pool) if t is not None]
+    failure_check = _FailedRequests(tallies, max_failed_share) if tallies else None
+    if failure_check is not None:
+        trainer.add_callback(failure_check.callback())
     if progress:
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(QuietProgressCallback())
@@ -272,7 +300,67 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any]) -> Path:
     trainer.save_model(str(output_dir / "final"))  # TRL/transformers: the main process writes it (adapters: final/<name>/)
     if main:
         plot_metrics(output_dir / "metrics.jsonl", output_dir / "training.png")
+    if failure_check is not None:  # every process: the counts are gathered
+        failure_check.raise_if_exceeded(output_dir, trainer.state.global_step, config.max_steps)
     return output_dir
+
+
+class _FailedRequests:
+    """The run's failed-request rule (see the module docstring): the model requests of every
+    process, gathered after each step; training stops once more than ``max_share`` failed."""
+
+    def __init__(self, tallies: Sequence[FailureTally], max_share: float) -> None:
+        self.tallies, self.max_share = list(tallies), max_share
+        self.stopped_at: int | None = None
+
+    def local(self) -> FailureTally:
+        """This process's requests, endpoint roles' and teachers' together."""
+        out = FailureTally()
+        for tally in self.tallies:
+            out = out.merge(tally)
+        return out
+
+    def totals(self) -> tuple[int, int]:
+        """``(requests, failed)`` over every process (a collective: every process calls it)."""
+        from accelerate.utils import gather_object
+
+        local = self.local()
+        counts = gather_object([(local.requests, local.failed)])
+        return sum(r for r, _ in counts), sum(f for _, f in counts)
+
+    def exceeded(self, requests: int, failed: int) -> bool:
+        return failed > 0 and failed / requests > self.max_share
+
+    def callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        check = self
+
+        class StopOnFailedRequests(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                requests, failed = check.totals()
+                if requests >= MIN_REQUESTS_BEFORE_STOP and check.exceeded(requests, failed):
+                    first = check.local().first
+                    log.error("stopping at step %d: %d of %d model requests failed (more than %g%%)%s",
+                              state.global_step, failed, requests, 100 * check.max_share,
+                              f"; the first: {first.describe()}" if first is not None else "")
+                    check.stopped_at = state.global_step
+                    control.should_training_stop = True
+
+        return StopOnFailedRequests()
+
+    def raise_if_exceeded(self, output_dir: Path, step: int, max_steps: int) -> None:
+        """Raise :class:`TooManyFailuresError` when more than the share of requests failed."""
+        requests, failed = self.totals()
+        if not self.exceeded(requests, failed):
+            return
+        first = self.local().first
+        stopped = f"; training stopped at step {step} of {max_steps}" if self.stopped_at is not None else ""
+        raise TooManyFailuresError(
+            f"{failed} of {requests} model requests (endpoint roles and teachers) failed ({100 * failed / requests:.1f}%, "
+            f"more than --max-failed-share {100 * self.max_share:g}%){stopped}; the first failure: "
+            f"{first.describe() if first is not None else '(on another process)'}; the run's outputs are in {output_dir}",
+            str(output_dir))
 
 
 def _metrics_callback(path: Path, record: dict[str, Any], resume: Any):

@@ -9,7 +9,12 @@ with the student, nothing is emitted.
 
 Teacher calls run in background threads, after the rollouts, with per-call timeouts and
 retries, a per-step call budget and call/token/cost counters; ``collect()`` hands finished
-pairs to the trainer without blocking. Every (request, teacher) call is its own task on the
+pairs to the trainer without blocking. A call that fails for good (an HTTP error, a timeout, a
+dropped connection, a malformed reply: :class:`TeacherCallError`, typed with the server's own
+message) is not an answer: the replay it belonged to gives no pair (its vote was not taken
+among all the teachers), and it is counted (``teachers/failed_replays``, the pool's
+``failures`` tally; ``docs/failures.md``). A teacher that answers without a usable answer
+abstains, which is its own doing. Every (request, teacher) call is its own task on the
 pool's executor (``max_workers`` threads), so a request's teachers answer in parallel; the call
 that finishes last scores the request. No task waits on another, so no thread of the pool
 ever blocks waiting for a free one.
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from env_server.client.failures import FailureTally, RequestFailure, first_lines
 from env_server.debate.answers import final_answer, normalize_answer, parse_verdict
 from env_server.debate.problems import ProblemSource, UnknownProblemError
 from env_server.protocol.markers import Role
@@ -57,14 +63,50 @@ __all__ = [
     "OracleTeacher",
     "ReplayRequest",
     "Teacher",
+    "TeacherCallError",
     "TeacherConfig",
+    "TeacherConnectionError",
     "TeacherPool",
     "TeacherReply",
+    "TeacherTimeoutError",
     "extract_answer",
     "score_disagreement",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class TeacherCallError(RuntimeError):
+    """A teacher call that failed for good (after its retries).
+
+    Attributes:
+        failure: why, typed (``http_<status>``, ``timeout``, ``connection``,
+            ``malformed_reply``), with the first lines of the server's own message.
+    """
+
+    def __init__(self, teacher: str, failure: RequestFailure) -> None:
+        detail = (f"HTTP {failure.status}: {failure.message}" if failure.status is not None
+                  else failure.describe())
+        super().__init__(f"teacher {teacher!r}: {detail}")
+        self.failure = failure
+
+
+class TeacherTimeoutError(TeacherCallError, TimeoutError):
+    """A teacher call with no reply within its timeout, every try."""
+
+
+class TeacherConnectionError(TeacherCallError, ConnectionError):
+    """A teacher call whose connection failed (refused, dropped mid-reply), every try."""
+
+
+def call_failure(exc: BaseException) -> RequestFailure:
+    """The typed failure of a teacher call's exception (:attr:`TeacherCallError.failure`, else
+    ``timeout`` for a ``TimeoutError`` and ``teacher_error`` for anything else, e.g. a local
+    model that raised)."""
+    if isinstance(exc, TeacherCallError):
+        return exc.failure
+    kind = "timeout" if isinstance(exc, TimeoutError) else "teacher_error"
+    return RequestFailure(kind, first_lines(f"{type(exc).__name__}: {exc}"))
 
 
 
@@ -218,29 +260,66 @@ class OpenAITeacher(Teacher):
                 "tools": self._tools, "tool_choice": "auto", "chat_template_kwargs": {TOOLS_KWARG: self._tools}}
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /chat/completions`` with retries; the decoded 200 response."""
+        """``POST /chat/completions`` with retries (timeouts, transport errors, 429 and 5xx;
+        exponential backoff from 0.5 s); the decoded 200 response, checked to hold a choice
+        with a message.
+
+        Raises:
+            TeacherTimeoutError, TeacherConnectionError, TeacherCallError: the call failed for
+                good (another 4xx at once: it does not get better by retrying), typed with the
+                server's message.
+        """
         import httpx
 
+        from trainer_client.request_failures import server_message
+
         delay = 0.5
+        retried = f" (after {self.config.max_retries} retries)" if self.config.max_retries else ""
         for attempt in range(self.config.max_retries + 1):
             try:
                 response = self._http.post("/chat/completions", json=body)
             except httpx.TimeoutException as exc:
-                error: Exception = TimeoutError(f"teacher {self.name!r} timed out after {self.config.timeout_s}s")
+                error: TeacherCallError = TeacherTimeoutError(self.name, RequestFailure(
+                    "timeout", f"no reply within {self.config.timeout_s:g} s{retried}"))
                 error.__cause__ = exc
             except httpx.TransportError as exc:
-                error = ConnectionError(f"teacher {self.name!r}: {exc}")
+                error = TeacherConnectionError(self.name, RequestFailure(
+                    "connection", first_lines(f"{type(exc).__name__}: {exc}") + retried))
             else:
                 if response.status_code == 200:
-                    data: dict[str, Any] = response.json()
-                    return data
-                error = RuntimeError(f"teacher {self.name!r}: HTTP {response.status_code}: {response.text[:200]}")
-                if response.status_code != 429 and response.status_code < 500:
+                    return self._checked(response)
+                try:
+                    message = server_message(response.json())
+                except ValueError:
+                    message = response.text
+                status = response.status_code
+                again = status == 429 or status >= 500
+                error = TeacherCallError(self.name, RequestFailure(
+                    f"http_{status}", (first_lines(message) or response.reason_phrase) + (retried if again else ""),
+                    status))
+                if not again:
                     raise error  # a client error does not get better by retrying
             if attempt < self.config.max_retries:
                 time.sleep(delay)
                 delay *= 2
         raise error
+
+    def _checked(self, response: Any) -> dict[str, Any]:
+        """A 200 response's JSON, checked to be a chat completion with a message.
+
+        Raises:
+            TeacherCallError: ``malformed_reply``.
+        """
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)
+                and isinstance(choices[0].get("message"), dict)):
+            raise TeacherCallError(self.name, RequestFailure(
+                "malformed_reply", first_lines(f"the 200 reply is not a chat completion: {response.text}", 1, 200)))
+        return data
 
 
 def _usage(data: dict[str, Any]) -> tuple[int, int]:
@@ -484,6 +563,12 @@ class TeacherPool:
             (``teachers/agreement``) and the pair precision, the share of chosen sides of
             solver and judge pairs whose answer is right (``pairs/precision``). ``None``: not
             measured.
+
+    Attributes:
+        failures: every endpoint teacher's request (:class:`OpenAITeacher`) and those that
+            failed for good, by typed reason with the server's message
+            (:class:`~env_server.client.failures.FailureTally`; a training run's exit rule reads
+            it). A replay with a failed call, of any teacher, gives no pair.
     """
 
     def __init__(self, teachers: Sequence[Teacher], equivalent: Callable[[str, str], bool] | None = None,
@@ -499,6 +584,8 @@ class TeacherPool:
         self._pending: set[Future[None]] = set()
         self._counters: Counter[str] = Counter()
         self._cost = 0.0
+        #: every teacher call and the ones that failed for good, typed (a run's exit rule reads it)
+        self.failures = FailureTally()
 
     @classmethod
     def from_configs(cls, configs: Sequence[TeacherConfig], problems: ProblemSource | None = None,
@@ -540,14 +627,21 @@ class TeacherPool:
             log.warning("teacher replay failed: %s", future.exception())
 
     def _ask(self, teacher: Teacher, request: ReplayRequest) -> TeacherReply | None:
+        """The teacher's reply, or ``None`` when its call failed for good (counted; an endpoint
+        teacher's request also in :attr:`failures`, typed)."""
+        endpoint = isinstance(teacher, OpenAITeacher)
+        if endpoint:
+            self.failures.request()
         try:
             reply = teacher.answer(request)
-        except TimeoutError:
-            self._count("teachers/timeouts")
-            return None
         except Exception as exc:  # a failing teacher must not stop the others
-            log.warning("teacher %s failed: %s", teacher.name, exc)
-            self._count("teachers/failures")
+            if isinstance(exc, TimeoutError):
+                self._count("teachers/timeouts")
+            else:
+                log.warning("teacher %s failed: %s", teacher.name, exc)
+                self._count("teachers/failures")
+            if endpoint:
+                self.failures.fail(call_failure(exc))
             return None
         tokens = reply.prompt_tokens + reply.completion_tokens
         with self._lock:
@@ -571,11 +665,15 @@ class TeacherPool:
             self._score(replay)
 
     def _score(self, replay: _Replay) -> None:
-        """Score a request whose teachers all answered (or failed): emit a pair on a disagreement."""
+        """Score a request whose teachers all answered (or failed): emit a pair on a disagreement;
+        none when a call failed (a failed request is not an answer: the vote is incomplete)."""
         request, replies = replay.request, replay.replies
+        self._count("teachers/replays")
+        if any(reply is None for reply in replies):  # a call failed: not an answer, so no vote and no pair
+            self._count("teachers/failed_replays")
+            return
         answers = [extract_answer(request.role, r.text) if r is not None else None for r in replies]
         chosen = score_disagreement(request.student_answer, answers, self.equivalent)
-        self._count("teachers/replays")
         pair_correct = self._measure(request, answers, chosen)
         if chosen is None:
             return
@@ -644,7 +742,8 @@ class TeacherPool:
                 return False
 
     def counters(self) -> dict[str, float]:
-        """Counters for logging: calls, tokens, cost (USD), failures, timeouts, drops, pairs
+        """Counters for logging: calls, tokens, cost (USD), failures, timeouts, replays and the
+        ones with a failed call (``teachers/failed_replays``: no pair), drops, pairs
         (``pairs/emitted``, of which ``pairs/gold_supervised``), and with ``measure_against``
         the measurements (running totals): ``teachers/<name>/accuracy``, ``teachers/agreement``,
         ``pairs/precision`` (see :class:`TeacherPool`)."""

@@ -14,9 +14,13 @@ solution, the verifier's critique with its last ``VERDICT:`` line as the verdict
 answer; ``openai-tools:`` sends the tool-call layout (:func:`~trainer_client.rollout.tool_calls.turn_messages`,
 the tools' schemas) and takes the reply's call of the role's tool, else its text as above.
 
-A failed request (after the client's retries) gives a turn without a tool call whose text is
-the forfeit placeholder: TRL's loop ends that rollout and the environment adapter finishes the
-debate (the turn is counted in ``failures``).
+A request that fails for good (after the client's retries: an HTTP error, a timeout, a dropped
+connection, a malformed reply) is not an answer (``docs/failures.md``): its turn is written as
+the forfeit placeholder without a tool call, so TRL's loop ends that rollout, and the failure is
+recorded, typed with the server's message, in :attr:`EndpointPlayer.last_failures` (per
+observation of the last :meth:`EndpointPlayer.play`) and :attr:`EndpointPlayer.failures`. The
+router marks the rollout failed and the trainer drops it from its group
+(:mod:`trainer_client.credit.failed_rollouts`): it is never scored as the model's forfeit.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from env_server.client.failures import FailureTally, RequestFailure
 from env_server.debate.answers import VERDICT_PATTERN, parse_verdict
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation
@@ -84,6 +89,8 @@ class EndpointPlayer:
 
     Attributes:
         counters: ``requests`` and ``failures`` per role (``"judge/requests"``...).
+        failures: every request and the failed ones, typed with the server's message.
+        last_failures: per observation of the last :meth:`play`, its failure or ``None``.
     """
 
     def __init__(self, specs: dict[Role, str], processor: Any = None, template_kwargs: dict[str, Any] | None = None, *,
@@ -97,7 +104,10 @@ class EndpointPlayer:
                         for _, url, _ in self.specs.values()}
         self.processor, self.template_kwargs = processor, dict(template_kwargs or {})
         self.temperature, self.max_tokens = temperature, max_tokens
+        self.timeout_s, self.max_retries = timeout_s, max_retries
         self.counters: Counter[str] = Counter()
+        self.failures = FailureTally()
+        self.last_failures: list[RequestFailure | None] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="policy-endpoint")
 
@@ -109,20 +119,26 @@ class EndpointPlayer:
     def play(self, observations: list[DebateObservation]) -> list[list[int]]:
         """One turn per observation (each of an endpoint role), as token ids; the requests run
         concurrently, the replies are rendered on the calling thread (the trainer's fast
-        tokenizer is not thread-safe: "Already borrowed"). A failed request is forfeited, not
-        raised (see the module docstring)."""
+        tokenizer is not thread-safe: "Already borrowed"). A failed request is not raised: its
+        turn is the forfeit placeholder and its failure is in :attr:`last_failures` (see the
+        module docstring)."""
         replies = list(self._pool.map(self._request, observations))
+        self.last_failures = [failure for _, _, failure in replies]
         return [self._text_ids(FORFEIT_ACTION) if tool is None
                 else tool_call_ids(self.processor, tool, arguments, self._eos(), **self.template_kwargs)
-                for tool, arguments in replies]
+                for tool, arguments, _ in replies]
 
-    def _request(self, observation: DebateObservation) -> tuple[str | None, dict[str, Any]]:
-        """The endpoint's reply to one turn as ``(tool, arguments)``; ``(None, {})`` when the
-        request failed (after the client's retries). Runs on the pool: no tokenizer here."""
+    def _request(self, observation: DebateObservation) -> tuple[str | None, dict[str, Any], RequestFailure | None]:
+        """The endpoint's reply to one turn as ``(tool, arguments, None)``; ``(None, {},
+        failure)`` when the request failed (after the client's retries). Runs on the pool: no
+        tokenizer here."""
+        from trainer_client.request_failures import failure_from_exception, validated_choice
+
         role = observation.role
         assert role is not None and role in self.specs, "only endpoint roles' turns come here"
         kind, url, model = self.specs[role]
         self._count(f"{role.value}/requests")
+        self.failures.request()
         tool = TOOL_FOR_ROLE[role]
         chat = [m.model_dump() for m in observation.messages]
         extra: dict[str, Any] = {}
@@ -132,15 +148,17 @@ class EndpointPlayer:
         try:
             response = self.clients[url].chat.completions.create(
                 model=model, messages=chat, temperature=self.temperature, max_tokens=self.max_tokens, **extra)  # type: ignore[arg-type]  # plain chat dicts
-            message = response.choices[0].message
-        except Exception:  # the client has retried; this turn is forfeited, the run goes on
+            message = validated_choice(response).message
+        except Exception as exc:  # the client has retried: not an answer; the rollout fails, the run goes on
             self._count(f"{role.value}/failures")
-            return None, {}
+            failure = failure_from_exception(exc, timeout_s=self.timeout_s, max_retries=self.max_retries)
+            self.failures.fail(failure)
+            return None, {}, failure
         text, name, arguments = reply_tool_call(message)
         names = TOOL_ARGUMENTS[tool][1]
         if not (name == tool and isinstance(arguments, dict) and set(arguments) == set(names)):
             arguments = text_arguments(role, text)
-        return tool, arguments
+        return tool, arguments, None
 
     def _count(self, key: str) -> None:
         with self._lock:

@@ -123,6 +123,8 @@ class RoleRouter:
     Attributes:
         adapter_routes: ``adapter:NAME`` per adapter; a token's route index points here.
         rounds: this batch's generation rounds, each a list of ``(row, route)`` (what played what).
+        failed_rows: this batch's rows whose endpoint request failed (row -> its
+            :class:`~env_server.client.failures.RequestFailure`): failed rollouts, dropped by the trainer.
 
     Raises:
         ValueError: a role has an endpoint but ``endpoint`` is ``None``.
@@ -136,6 +138,8 @@ class RoleRouter:
         self.adapter_routes: list[Route] = [f"adapter:{name}" for name in policies.adapters]
         self.tracker = RowTracker()
         self.rounds: list[list[tuple[int, Route]]] = []
+        #: this batch's rows whose endpoint request failed, with the failure (issue 45: dropped)
+        self.failed_rows: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ generation
 
@@ -143,6 +147,7 @@ class RoleRouter:
         """A new generation batch begins (TRL's ``_generate``)."""
         self.tracker.start()
         self.rounds = []
+        self.failed_rows = {}
 
     def generate_round(self, model: torch.nn.Module, prompt_ids: list[list[int]], environments: Sequence[Any],
                        generate: Callable[[list[list[int]]], tuple[list[list[int]], Any]]) -> tuple[list[list[int]], Any]:
@@ -168,6 +173,9 @@ class RoleRouter:
             if route == "endpoint":
                 assert self.endpoint is not None, "checked in __init__"
                 ids, lps = self.endpoint.play([observations[i] for i in idx]), None
+                for i, failure in zip(idx, self.endpoint.last_failures, strict=True):
+                    if failure is not None:  # the rollout fails: the trainer drops it
+                        self.failed_rows.setdefault(rows[i], failure)
             else:
                 with use_route(self.unwrap(model), route):
                     ids, lps = generate([prompt_ids[i] for i in idx])

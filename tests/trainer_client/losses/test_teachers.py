@@ -117,7 +117,7 @@ def test_openai_teacher_success_retry_timeout_and_key(fake_openai, monkeypatch) 
     assert openai(fake_openai, "flaky", max_retries=2).respond([], "p").text == r"So \boxed{42}"  # 500, then 200
     with pytest.raises(TimeoutError):
         openai(fake_openai, "hang", timeout_s=0.5, max_retries=0).respond([], "p")
-    with pytest.raises(RuntimeError, match="HTTP 400"):
+    with pytest.raises(RuntimeError, match="HTTP 400: no"):  # the server's message
         openai(fake_openai, "bad-request", max_retries=3).respond([], "p")
     monkeypatch.delenv("TEACHER_KEY")
     with pytest.raises(RuntimeError, match="TEACHER_KEY"):
@@ -133,15 +133,30 @@ def replay(seed: int, student: str, **tokens) -> ReplayRequest:
 
 def test_pool_emits_pairs_in_the_background_within_budget(fake_openai) -> None:
     oracle = TeacherConfig(name="oracle", kind="oracle")
-    teachers = [build_teacher(oracle, GENERATOR), build_teacher(oracle.model_copy(update={"name": "oracle-2"}), GENERATOR),
-                openai(fake_openai, "hang", timeout_s=0.5, max_retries=0)]
-    pool = TeacherPool(teachers, budget_per_step=6, max_workers=4)  # 2 requests x 3 teachers
+    oracles = [build_teacher(oracle, GENERATOR), build_teacher(oracle.model_copy(update={"name": "oracle-2"}), GENERATOR)]
+    wrong = replay(1, "-123456", context_ids=(5, 6, 7), rejected_ids=(8, 9))
+    right = replay(2, GENERATOR.by_seed(2).answer)
+    # a third teacher that never answers in time: its calls fail, so no replay gives a pair (a
+    # failed request is not an answer: the vote was not taken among all the teachers)
+    pool = TeacherPool([*oracles, openai(fake_openai, "hang", timeout_s=0.5, max_retries=0)], budget_per_step=6,
+                       max_workers=4)  # 2 requests x 3 teachers
     try:
-        wrong = replay(1, "-123456", context_ids=(5, 6, 7), rejected_ids=(8, 9))
-        right = replay(2, GENERATOR.by_seed(2).answer)
         start = time.monotonic()
         pool.submit_step(0, [wrong, right, replay(3, "0")])
         assert time.monotonic() - start < 0.2  # never blocks the training loop
+        pool.wait(timeout_s=60)
+        assert pool.collect() == []
+        counters = pool.counters()
+        assert counters["teachers/dropped"] == 1 and counters["teachers/timeouts"] == 2
+        assert counters["teachers/replays"] == counters["teachers/failed_replays"] == 2
+        assert counters.get("pairs/emitted", 0) == 0
+        assert (pool.failures.requests, pool.failures.failed) == (2, 2)  # the endpoint teacher's requests
+        assert pool.failures.examples == {"timeout": "no reply within 0.5 s"}
+    finally:
+        pool.close()
+    pool = TeacherPool(oracles, budget_per_step=4, max_workers=4)
+    try:
+        pool.submit_step(0, [wrong, right])
         pool.wait(timeout_s=60)
         pairs = pool.collect()
         assert [(p.episode_id, p.teacher) for p in pairs] == [("e1", "oracle")]
@@ -150,9 +165,8 @@ def test_pool_emits_pairs_in_the_background_within_budget(fake_openai) -> None:
         assert (pairs[0].context_ids, pairs[0].rejected_ids, pairs[0].chosen_ids) == ([5, 6, 7], [8, 9], None)
         assert pairs[0].gold_supervised  # oracles agreed on it: the reference solution is the target
         counters = pool.counters()
-        assert counters["teachers/dropped"] == 1 and counters["teachers/timeouts"] == 2
         assert counters["teachers/replays"] == 2 and counters["pairs/emitted"] == 1
-        assert counters["pairs/gold_supervised"] == 1
+        assert counters["pairs/gold_supervised"] == 1 and "teachers/failed_replays" not in counters
         assert pool.collect() == []
     finally:
         pool.close()
