@@ -12,7 +12,7 @@ case is played the way the server grades a solver turn:
   :func:`test_unboxed_predictions_get_no_reward`), so it is played with its answer boxed, as the
   prompt asks, and the case tests grading rather than reading prose (:func:`solver_message`);
 - ``Grader.grade(gold, answer)`` (rules, event-loop fast paths, cache, math-verify in worker
-  processes), gold first, with the server's default settings.
+  processes), gold first, with the server's default settings but longer timeouts (:data:`GRADING`).
 
 Our verdict must be the expected one, or math-verify's where the two differ, except for the
 cases in :data:`DIFFERENCES`, each with our verdict and a one-line argument. The list is exact:
@@ -88,8 +88,15 @@ def solver_message(case: dict[str, Any]) -> str:
     return pred if answer is None else f"The answer is $\\boxed{{{answer}}}$."
 
 
+#: the server's default grading settings, except timeouts long enough that a busy machine cannot
+#: turn a slow grade (the slowest case takes about 1.5 s on a loaded 2-core machine) into a
+#: ``grading_timeout``: the test is about verdicts
+GRADING = GradingConfig(workers=2, hard_timeout_s=60, soft_timeout_s=30)
+SOFT_TIMEOUT_S = GRADING.soft_timeout_s
+
+
 async def _grade_all(pairs: list[tuple[str, str | None]]) -> list[bool]:
-    grader = Grader(GradingConfig(workers=2))
+    grader = Grader(GRADING)
     await grader.start()
     try:
         grades = await asyncio.gather(*(grader.grade(gold, answer) for gold, answer in pairs))
@@ -184,7 +191,7 @@ def test_two_stage_parsing_gives_the_ll_parse_on_the_suite() -> None:
         out = []
         for text in texts:
             try:
-                out.append(str(_parse_uncached(text, 3)))
+                out.append(str(_parse_uncached(text, SOFT_TIMEOUT_S)))
             except Exception as exc:
                 out.append(f"error {type(exc).__name__}")
         return out
@@ -284,7 +291,7 @@ def _math_verify(gold: str, prediction: str) -> bool:
 
 @pytest.mark.parametrize(("gold", "answer", "ours", "theirs"), ANSWER_POLICIES)
 def test_answer_policies_of_the_grading_docs(gold: str, answer: str, ours: bool, theirs: bool) -> None:
-    assert grade_answer(gold, answer) == (ours, None)
+    assert grade_answer(gold, answer, timeout_s=SOFT_TIMEOUT_S) == (ours, None)
     quick = Grader(GradingConfig(workers=1)).quick_grade(gold, answer)  # the event-loop paths agree when they decide
     assert quick is None or quick.correct is ours
     assert _math_verify(gold, f"\\boxed{{{answer}}}") is theirs
@@ -293,5 +300,5 @@ def test_answer_policies_of_the_grading_docs(gold: str, answer: str, ours: bool,
 @pytest.mark.parametrize(("gold", "message", "ours", "theirs"), MESSAGE_POLICIES)
 def test_message_policies_of_the_grading_docs(gold: str, message: str, ours: bool, theirs: bool) -> None:
     answer = final_answer(message)
-    assert (answer is not None and grade_answer(gold, answer) == (True, None)) is ours
+    assert (answer is not None and grade_answer(gold, answer, timeout_s=SOFT_TIMEOUT_S) == (True, None)) is ours
     assert _math_verify(gold, message) is theirs
