@@ -50,7 +50,6 @@ from functools import lru_cache
 from typing import Any
 
 import sympy
-from antlr4 import CommonTokenStream
 from antlr4.atn.PredictionMode import PredictionMode
 from math_verify import LatexExtractionConfig, parse, verify
 from math_verify.errors import TimeoutException
@@ -81,11 +80,12 @@ def _use_two_stage_parsing() -> None:
     prediction is most of its parse time. ANTLR's documented guarantee for SLL mode is
     that it "either returns a correct parse tree (the same parse tree that would be returned
     with the LL prediction mode), or it will report a syntax error"; latex2sympy's error
-    listener turns every syntax error into an exception, so on any exception we lex and parse
-    again from the start in LL mode and the result is the one LL alone gives (a fresh token
-    stream: a lexer error leaves the old one without the bad character; and since the grammar's
-    ``math`` rule ends at EOF, a successful SLL parse has lexed all the input, as LL would).
-    Our own code rather than a math-verify option because math-verify exposes none.
+    listener turns every syntax error into an exception, so on any exception we parse again in
+    LL mode and the result is the one LL alone gives. The input is lexed in full before the SLL
+    attempt, so both attempts read the same tokens and a lexer error raises before either (LL
+    alone raises too: the grammar's ``math`` rule ends at EOF, so it lexes all the input; the
+    callers, latex2sympy and math-verify, treat every exception alike). Our own code rather
+    than a math-verify option because math-verify exposes none.
     ``TimeoutException`` (math-verify's soft timeout) derives from ``BaseException`` and is not
     caught, so a timed-out parse is not retried.
     """
@@ -99,19 +99,18 @@ def _use_two_stage_parsing() -> None:
         two_stage = True
 
         def math(self) -> Any:  # the parse tree of latex2sympy's grammar (untyped ANTLR context)
+            # Lex the whole input first. A lexer error (an unknown command such as ``\zzz``)
+            # raises here, before any parse, as LL alone would raise (its ``math`` rule must
+            # reach EOF); lexed lazily, it was raised inside the SLL attempt after the lexer
+            # had skipped the bad character, so the rewound stream held other tokens and the LL
+            # retry succeeded where LL alone fails (``1 = \zzz = x = 0`` became a chain of
+            # relations rather than falling back, as in math-verify, to its last value ``0``).
+            self._input.fill()
             self._interp.predictionMode = PredictionMode.SLL
             try:
                 return super().math()
             except Exception:
-                # Lex again from the start rather than rewind the token stream: a lexer error
-                # (an unknown command such as ``\zzz``) is raised while the stream is being
-                # filled, after the lexer has skipped the bad character, so a rewound stream
-                # would hold other tokens and LL could succeed where LL alone fails
-                # (``1 = \zzz = x = 0`` became a chain of relations rather than falling back,
-                # as in math-verify, to its last value ``0``).
-                lexer = self._input.tokenSource
-                lexer.reset()  # rewinds the character stream
-                self.setTokenStream(CommonTokenStream(lexer))  # also resets the parser
+                self.reset()  # rewinds the (complete) token stream
                 self._interp.predictionMode = PredictionMode.LL
                 return super().math()
 
