@@ -17,7 +17,7 @@ import random
 import re
 from typing import Any
 
-__all__ = ["HINT_MESSAGE", "column_solution", "hint_for_turn", "synthetic_debates"]
+__all__ = ["HINT_MESSAGE", "column_check", "column_solution", "hint_for_turn", "synthetic_debates"]
 
 #: Marks a warm-up user message as a hint (the layout puts it where SDPO's teacher context does).
 HINT_MESSAGE = "hint"
@@ -90,8 +90,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
             from the turn as without the hint.
         verifier: ``"coin"`` (a one-line critique, the verdict right with probability
             ``verdict_accuracy``) or ``"worked"`` (``two_digit_sum``: the critique works the sum
-            column by column itself, keeping the carry with probability ``verifier_accuracy``,
-            then quotes the solution's answer; the verdict is CORRECT exactly when the two agree:
+            column by column itself (:func:`column_check`), keeping the carry with probability
+            ``verifier_accuracy``, then quotes the solution's answer; the verdict is CORRECT exactly when the two agree:
             a verifier whose verdict follows from its own check). The critique comes before the
             verdict in the call's arguments, so the check is written before the verdict.
         judge: ``"copy"`` (the last answer, or the right one when hinted) or ``"verdict"`` (the
@@ -187,7 +187,7 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                 kept = hinted or not has_carry or rng.random() < verifier_accuracy
                 checked = str(sum(operands) - (0 if kept else 10))
                 verdict = last_verdict = "CORRECT" if checked == last_answer else "INCORRECT"
-                critique = f"{column_solution(*operands, carry_kept=kept)} The solution's answer is {last_answer}."
+                critique = f"{column_check(*operands, carry_kept=kept)} The solution's answer is {last_answer}."
                 arguments = {"critique": critique, "verdict": verdict}
                 content, name = f"{critique}\n\nVERDICT: {verdict}", "submit_verdict"
             elif role is Role.VERIFIER:
@@ -240,6 +240,24 @@ def column_solution(a: int, b: int, carry_kept: bool = True) -> str:
     tens = a // 10 + b // 10 + carried
     total = tens * 10 + ones % 10
     return f"Ones: ${a % 10} + {b % 10} = {ones}$. Tens: ${a // 10} + {b // 10} + {carried} = {tens}$. So ${a} + {b} = {total}$."
+
+
+def column_check(a: int, b: int, carry_kept: bool = True) -> str:
+    """The worked verifier's own check of ``a + b``, in words of its own (not the solver's
+    ``Ones: ... Tens: ...``): ``Check: ones $8 + 7 = 15$, carry 1; tens $8 + 1 + 1 = 10$. The sum is
+    $105$.`` With ``carry_kept=False`` the carry is written 0 (the verifier's own slip).
+
+    Why its own words: with the solver's format, a 2-layer model blends the two roles' carry rates
+    at the one token where the carry is decided (the verifier's data kept the carry more often
+    than the solver's, and the warmed-up solver then carried as often as the verifier: 88% greedy
+    on validation problems, not the recipe's rate); distinct text around that token lets each
+    role keep its own rate."""
+    ones = a % 10 + b % 10
+    carried = ones // 10 if carry_kept else 0
+    tens = a // 10 + b // 10 + carried
+    total = tens * 10 + ones % 10
+    return (f"Check: ones ${a % 10} + {b % 10} = {ones}$, carry {carried}; tens ${a // 10} + {b // 10} + {carried} = "
+            f"{tens}$. The sum is ${total}$.")
 
 
 def _box(operands: tuple[int, int], carry_kept: bool) -> str:
