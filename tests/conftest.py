@@ -52,9 +52,10 @@ def math500_server_url(math500_path) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def tiny_learning_dir(tmp_path_factory) -> str:
-    """The learning experiment's tiny model (``tiny_model.learning_spec``), built once per test
-    session (under a minute on 2 quiet cores). ``MATHDEBATE_TEST_TINY_LEARNING_MODEL`` may name
-    a directory to build into and reuse."""
+    """The learning experiment's tiny model (``tiny_model.learning_spec``): its committed build
+    (``trainer_client/experiments/pinned/tiny-learning``, the same weights on every machine and
+    thread count), copied once per test session. ``MATHDEBATE_TEST_TINY_LEARNING_MODEL`` may name
+    a directory to copy into and reuse."""
     from trainer_client.experiments.tiny_model import build_tiny_model, learning_spec
 
     target = os.environ.get("MATHDEBATE_TEST_TINY_LEARNING_MODEL") or tmp_path_factory.mktemp("tiny-learning")
@@ -63,9 +64,9 @@ def tiny_learning_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
-    """The offline tiny model, built once per test session (about a minute and a half on 2
-    cores). ``MATHDEBATE_TEST_TINY_MODEL`` may name a directory to build into and reuse (the
-    builder skips an up-to-date build), to speed up local iterations."""
+    """The offline tiny model: its committed build (``trainer_client/experiments/pinned/tiny``, the
+    same weights on every machine and thread count), copied once per test session.
+    ``MATHDEBATE_TEST_TINY_MODEL`` may name a directory to copy into and reuse."""
     from trainer_client.experiments.tiny_model import build_tiny_model
 
     target = os.environ.get("MATHDEBATE_TEST_TINY_MODEL") or tmp_path_factory.mktemp("tiny-model")

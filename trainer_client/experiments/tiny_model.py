@@ -28,18 +28,22 @@ from trainer_client.experiments.warmup_debates import HINT_MESSAGE, synthetic_de
 from trainer_client.rollout.tool_calls import tool_callables
 
 __all__ = [
+    "BUILD_FILES",
     "LEARNING_WARMUP_SEED_BASE",
+    "PINNED_DIR",
     "TinyModelSpec",
     "build_tiny_model",
     "default_spec",
     "is_tiny_model_name",
     "learning_spec",
+    "pinned_build",
     "rollout_tokens",
     "sums_spec",
     "supervised_steps",
     "synthetic_debates",
     "teacher_spec",
     "tiny_model_main",
+    "tiny_model_spec",
     "tool_callables",
     "tool_result_suffix",
     "training_chat_template",
@@ -229,8 +233,33 @@ def _spec_hash(spec: TinyModelSpec) -> str:
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
+#: The committed builds of the tiny models: one folder each (``config.json``,
+#: ``model.safetensors``, the tokenizer files and ``tiny_model.json`` with the spec, its hash, the
+#: weights' fingerprint and the torch version and thread count that built it). The warm-up's
+#: floating-point sums depend on the thread count and the CPU (the same ``sums_spec(0)`` built to
+#: 7.5% greedy accuracy with 1 thread and 21.5% with 2 on one machine, 44% on another), so a
+#: protocol's starting policy is these files, not a rebuild: :func:`build_tiny_model` and
+#: :func:`tiny_model_path` take a spec's committed build when its hash matches, and
+#: ``scripts/rebuild_tiny_models.py`` rebuilds from the recipe (``pinned=False``) to check how far
+#: a rebuild lands from it.
+PINNED_DIR = Path(__file__).resolve().parent / "pinned"
+#: The files of a build (what is committed and what is copied out of :data:`PINNED_DIR`).
+BUILD_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+               "chat_template.jinja", "special_tokens_map.json", "tiny_model.json")
+
+
+def pinned_build(spec: TinyModelSpec) -> Path | None:
+    """The committed build of ``spec`` (the folder under :data:`PINNED_DIR` whose
+    ``tiny_model.json`` has ``spec``'s hash), or ``None``."""
+    wanted = _spec_hash(spec)
+    for marker in sorted(PINNED_DIR.glob("*/tiny_model.json")):
+        if json.loads(marker.read_text()).get("hash") == wanted:
+            return marker.parent
+    return None
+
+
 def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False,
-                     monitor: Callable[[int, Any, Any], None] | None = None) -> Path:
+                     monitor: Callable[[int, Any, Any], None] | None = None, pinned: bool = True) -> Path:
     """Build (or reuse) the tiny model and tokenizer in ``out_dir``.
 
     Args:
@@ -238,11 +267,16 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
         spec: build parameters (default :func:`default_spec`).
         progress: print the warm-up loss now and then.
         monitor: called as ``monitor(step, model, tokenizer)`` after every warm-up step (for
-            learning curves; it must leave the model in training mode).
+            learning curves; it must leave the model in training mode). A monitored build
+            always trains.
+        pinned: copy the spec's committed build (:func:`pinned_build`) when there is one,
+            instead of training (``False``: train from the recipe, as the rebuild script does).
 
     Returns:
         ``out_dir`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained``).
     """
+    import shutil
+
     import torch
     import trl
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -250,7 +284,18 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     spec = spec or default_spec()
     out_dir = Path(out_dir)
     marker = out_dir / "tiny_model.json"
-    if marker.exists() and json.loads(marker.read_text()).get("hash") == _spec_hash(spec):
+    committed = pinned_build(spec) if pinned and monitor is None else None
+    if marker.exists():
+        found = json.loads(marker.read_text())
+        # an earlier local build of a recipe that has since been committed gives way to the committed one
+        if found.get("hash") == _spec_hash(spec) and (committed is None or found.get("fingerprint") == json.loads(
+                (committed / "tiny_model.json").read_text()).get("fingerprint")):
+            return out_dir
+    if committed is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in BUILD_FILES:
+            if (committed / name).exists():
+                shutil.copyfile(committed / name, out_dir / name)
         return out_dir
 
     torch.manual_seed(spec["seed"])
@@ -285,7 +330,11 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    marker.write_text(json.dumps({"hash": _spec_hash(spec), "spec": spec}, indent=2))
+    from trainer_client.experiments.checkpoints import weights_fingerprint
+
+    marker.write_text(json.dumps({"hash": _spec_hash(spec), "spec": spec, "fingerprint": weights_fingerprint(model),
+                                  "built_with": {"torch": torch.__version__, "threads": torch.get_num_threads()}},
+                                 indent=2))
     return out_dir
 
 
@@ -303,7 +352,10 @@ def _warm_up_conversations(spec: TinyModelSpec) -> tuple[list[list[dict[str, Any
                                  hint_fraction=spec.get("hint_fraction", 0.0),
                                  verdict_accuracy=spec.get("verdict_accuracy", 0.5),
                                  hint_style=spec.get("hint_style", "template"),
-                                 restate_hints=spec.get("restate_hints", False))
+                                 restate_hints=spec.get("restate_hints", False),
+                                 verifier=spec.get("verifier", "coin"), judge=spec.get("judge", "copy"),
+                                 verifier_accuracy=spec.get("verifier_accuracy", 1.0),
+                                 hint_roles=spec.get("hint_roles"))
 
     debates = play(spec["debates"], spec["seed"], first_seed, "debate")
     n_single = spec.get("single_episodes", 0)
@@ -393,7 +445,8 @@ def tiny_model_main(out_dir: str) -> int:
 
 
 def tiny_model_path(name: str, parent: Path) -> Path:
-    """Build (or reuse) the offline tiny model ``name`` under ``parent``: a key of ``TINY_MODELS``
+    """The offline tiny model ``name``: its committed build (:data:`PINNED_DIR`) when its recipe
+    has one, else built (or reused) under ``parent``: a key of ``TINY_MODELS``
     (``parent/tiny-model`` for ``tiny``, ``parent/<name>`` for the others), or ``<key>@<seed>``,
     the same recipe warmed up with another seed (``parent/<key>@<seed>``; the tiny models'
     default trace-replay teachers, :func:`trainer_client.config.tiny_model_teachers`).
@@ -402,11 +455,22 @@ def tiny_model_path(name: str, parent: Path) -> Path:
         KeyError: an unknown name.
         ValueError: a seed that is not an integer.
     """
+
+    spec = tiny_model_spec(name)
+    return pinned_build(spec) or build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
+
+
+def tiny_model_spec(name: str) -> TinyModelSpec:
+    """The spec of the tiny model ``name`` (a key of ``TINY_MODELS`` or ``<key>@<seed>``).
+
+    Raises:
+        KeyError: an unknown name.
+        ValueError: a seed that is not an integer.
+    """
     from trainer_client.config import TINY_MODELS
 
     key, _, seed = name.partition("@")
-    spec = teacher_spec(key, int(seed)) if seed else globals()[TINY_MODELS[key]]()
-    return build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
+    return teacher_spec(key, int(seed)) if seed else globals()[TINY_MODELS[key]]()
 
 
 #: How much longer a default teacher's warm-up runs than its policy's (same recipe otherwise).
