@@ -230,7 +230,7 @@ def test_a_context_too_short_for_the_prompt_fails_every_episode_with_vllms_own_m
     from env_server.client.failures import first_lines
     from trainer_client.rollout.tool_calls import TOOLS_KWARG, tool_schemas
 
-    with _vllm_serve(tiny_model_dir, tmp_path, 256) as (url, _):
+    with _vllm_serve(tiny_model_dir, tmp_path, 128) as (url, _):  # the prompt alone is over 200 tokens
         out = tmp_path / "eval"
         done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "eval", "--policy", f"openai-tools:{url}#tiny",
                                "--problems", "gen:single_digit_sum", "--limit", "4", "--max-new-tokens", "16",
@@ -246,7 +246,7 @@ def test_a_context_too_short_for_the_prompt_fails_every_episode_with_vllms_own_m
     body = direct.json()
     vllm_message = body.get("error", body)["message"]
     print(f"vllm short context: {direct.status_code} {vllm_message!r}; eval exit {done.returncode}")
-    assert direct.status_code == 400 and "maximum context length is 256" in vllm_message
+    assert direct.status_code == 400 and "maximum context length is 128" in vllm_message
     assert done.returncode == 3, done.stderr[-3000:]
     assert results["scored_problems"] == 0 and results["failed_problems"] == 4 and results["accuracy"] is None
     assert results["error_kinds"] == {} and list(results["failures"]["reasons"]) == ["http_400"]

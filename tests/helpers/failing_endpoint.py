@@ -29,10 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-#: A message in vLLM's words for a prompt longer than ``--max-model-len`` (the real one is checked
-#: against vLLM itself in ``tests/e2e/test_vllm_cpu.py``).
-CONTEXT_MESSAGE = ("This model's maximum context length is 1024 tokens. However, your request has 1321 input tokens. "
-                   "Please reduce the length of the input messages.")
+#: vLLM 0.31's message for a prompt longer than ``--max-model-len`` (its wording as the vLLM-on-CPU
+#: check saw it, ``tests/e2e/test_vllm_cpu.py``, with this example's numbers).
+CONTEXT_MESSAGE = ("This model's maximum context length is 1024 tokens. However, you requested 1024 output tokens and "
+                   "your prompt contains at least 1321 input tokens, for a total of at least 2345 tokens. Please reduce "
+                   "the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, "
+                   "value=1321)")
 
 
 class FailingEndpoint:
