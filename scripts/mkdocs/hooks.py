@@ -1,7 +1,5 @@
 """MkDocs hooks of the docs site (``mkdocs.yml``: ``hooks:``): pages made at build time.
 
-- ``failures.md`` (and any page of ``OPTIONAL_PAGES``) joins the nav once its file exists.
-
 - ``rfcs/*.md`` and ``benchmarks/README.md`` join the site from where they live in the
   repository (they link only to each other), so the site never holds a stale copy.
 - ``reference/<package>.md``: one API page per package of ``env_server`` and ``trainer_client``,
@@ -46,34 +44,6 @@ PACKAGES = ("env_server", "trainer_client")
 #: objects are documented where they are defined.
 REEXPORTS = {"env_server.markers", "env_server.models", "env_server.replicas", "trainer_client.shaping",
              "trainer_client.role_mapping", "trainer_client.group_norm", "trainer_client.reward_functions"}
-
-
-# --- pages being written: in the nav once they exist ---------------------------------------------
-
-#: ``(page, title, the page it follows in the nav)``: pages other work is adding. Listed in the
-#: nav while missing, one would fail the strict build (a nav entry without its file); left out
-#: once it exists, it would fail it too (a page not in the nav). So each joins the nav, after
-#: the page named, as soon as its file is there.
-OPTIONAL_PAGES = [("failures.md", "How request failures are counted", "grading.md")]
-
-
-def _insert_after(nav: list[Any], after: str, entry: dict[str, str]) -> bool:
-    for i, item in enumerate(nav):
-        value = next(iter(item.values())) if isinstance(item, dict) else item
-        if value == after:
-            nav.insert(i + 1, entry)
-            return True
-        if isinstance(value, list) and _insert_after(value, after, entry):
-            return True
-    return False
-
-
-def on_config(config: Any) -> Any:
-    """Put each of :data:`OPTIONAL_PAGES` that exists into the nav."""
-    for page, title, after in OPTIONAL_PAGES:
-        if (Path(config["docs_dir"]) / page).exists() and not _insert_after(config["nav"], after, {title: page}):
-            log.warning("mkdocs.yml: %s exists but %s, which it follows in the nav, is not in the nav", page, after)
-    return config
 
 
 # --- pages that live elsewhere in the repository -----------------------------------------------
