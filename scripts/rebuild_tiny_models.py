@@ -41,8 +41,8 @@ def _accuracy(path: Path, problems: int) -> float:
 
     from env_server.debate.problems import load_problem_source
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
-    from trainer_client.experiments.ablate import TINY_FAMILIES
     from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.experiments.recipe import TINY_FAMILIES
 
     spec = json.loads((path / "tiny_model.json").read_text())["spec"]
     family = f"gen:{spec['family']}" if spec.get("family") else TINY_FAMILIES.get("tiny")

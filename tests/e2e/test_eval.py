@@ -229,10 +229,11 @@ def test_scripted_policy_on_math500_with_its_own_server(tmp_path, math500_path):
 
 def test_hf_policy_plays_debates_as_the_heldout_evaluation_does(tmp_path, tiny_learning_dir):
     """The tiny learning model through ``hf:``: the same greedy debates, turn for turn, as
-    ``heldout.evaluate_episodes`` (the learning experiment's evaluation) plays locally."""
+    ``episode_eval.evaluate_episodes`` (the learning experiment's evaluation) plays locally."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.heldout import HELDOUT_SEED_BASE, evaluate_episodes, heldout_seeds
+    from trainer_client.experiments.episode_eval import evaluate_episodes
+    from trainer_client.experiments.heldout import HELDOUT_SEED_BASE, heldout_seeds
 
     n = 8
     out = tmp_path / "hf"

@@ -24,7 +24,7 @@ from env_server.debate.problems import load_problem_source
 from env_server.protocol.markers import Role
 from trainer_client.cli import main
 from trainer_client.config import load_config
-from trainer_client.experiments.heldout import evaluate_episodes
+from trainer_client.experiments.episode_eval import evaluate_episodes
 from trainer_client.experiments.reporting import read_metrics
 from trainer_client.experiments.run_policies import load_run_policies
 from trainer_client.experiments.train import run_training

@@ -6,7 +6,7 @@ train with :func:`trainer_client.experiments.train.run_training` against one env
 evaluation path, :func:`trainer_client.experiments.heldout.evaluate_first_answers` (the tool-call format the
 policy was trained in; greedy first answer, avg@k and pass@k at the runs' training temperature),
 plus greedy and sampled whole debates for the final accuracy
-(:func:`trainer_client.experiments.heldout.evaluate_episodes`), all through
+(:func:`trainer_client.experiments.episode_eval.evaluate_episodes`), all through
 :func:`trainer_client.experiments.policy_eval.evaluate_policy`, in the arm's episode mode (the
 solver's prompt differs by mode). The starting policy is evaluated on the same problems
 in every mode an arm uses, so every gain is paired with the start in the arm's own mode.
@@ -48,6 +48,13 @@ from trainer_client.experiments.ablate_runs import (
     run_protocol_hash,
     save_run,
 )
+from trainer_client.experiments.recipe import (
+    DEFAULT_TINY_MODEL,
+    TINY_ABLATION_SETTINGS,
+    TINY_FAMILIES,
+    TINY_MODEL_SETTINGS,
+    ablation_temperature,
+)
 from trainer_client.experiments.run_figures import replay_figures, run_means, static_controls
 
 __all__ = [
@@ -64,13 +71,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 PRESET_NAMES = ("baseline", "sdpo", "replay", "full")
-#: The problem source of each offline tiny model's learning experiment: ``tiny-sums`` (the default,
-#: ``tiny_model.sums_spec``) learns ``two_digit_sum``, whose held-out problems are unseen by
-#: content; ``tiny-learning`` (``tiny_model.learning_spec``, the first protocol) learns
-#: ``single_digit_sum``, whose 100 problems are all seen in training (it measures memorisation).
-TINY_FAMILIES = {"tiny-sums": "gen:two_digit_sum", "tiny-learning": "gen:single_digit_sum", "tiny": None}
-#: The default model of ``mathdebate ablate`` without ``--config`` (``--model tiny`` means it too).
-DEFAULT_TINY_MODEL = "tiny-sums"
 #: Distinct gold debates the SFT control builds from the RL training problems (the first ones).
 SFT_CONTROL_DEBATES = 512
 
@@ -185,10 +185,10 @@ def run_ablation(args: argparse.Namespace) -> Path:
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
     from env_server.provenance import provenance
     from trainer_client.config import PRESETS, TINY_MODELS, load_config, tiny_model_teachers
+    from trainer_client.experiments.ablation_report import write_ablation_report
     from trainer_client.experiments.heldout import heldout_seeds
     from trainer_client.experiments.hint_probe import probe_hints
     from trainer_client.experiments.policy_eval import evaluate_policy
-    from trainer_client.experiments.reporting import write_ablation_report
     from trainer_client.experiments.sft import gold_debate_family
     from trainer_client.experiments.tiny_model import tiny_model_path
     from trainer_client.experiments.train import resolve_tiny_teachers, run_training
@@ -261,9 +261,9 @@ def run_ablation(args: argparse.Namespace) -> Path:
     with _server(args.env_url, problems) as url:
         record = provenance({"train": base.model_dump(mode="json"), "ablate": {k: v for k, v in vars(args).items()
                                                                             if k != "func"}}, [url], base.env_token)
-        for seed in range(args.seeds):
+        for seed in range(args.seed_start, args.seed_start + args.seeds):
             for arm in arms:
-                if arm.shuffle_rewards and seed >= control_seeds:
+                if arm.shuffle_rewards and seed >= args.seed_start + control_seeds:
                     continue
                 runs_bar.set_postfix_str(f"{arm.name} seed {seed}")
                 run_dir = out / "runs" / arm.name / f"seed{seed}"
@@ -289,7 +289,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                     result = reused
                 results.append(result)
                 runs_bar.update(1)
-            if sft_control and seed < control_seeds:
+            if sft_control and seed < args.seed_start + control_seeds:
                 runs_bar.set_postfix_str(f"sft seed {seed}")
                 baseline_seconds = next((r.rl_seconds for r in results if r.arm == "baseline" and r.seed == seed),
                                         None) or next(r.rl_seconds for r in results if r.seed == seed)
@@ -313,7 +313,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "model": str(base.model), "model_path": str(model_path), "problems": problems or "built-in generator",
         "split": args.split, "hint_probe": hint_probe,
         "heldout_problems": len(seeds_heldout), "heldout_seeds": [seeds_heldout[0], seeds_heldout[-1]],
-        "seeds": args.seeds, "control_seeds": control_seeds, "max_steps": config.max_steps, "pass_k": args.pass_k,
+        "seeds": args.seeds, "seed_start": args.seed_start, "control_seeds": control_seeds,
+        "max_steps": config.max_steps, "pass_k": args.pass_k,
         "debate_k": eval_kwargs["debate_k"], "temperature": eval_kwargs["temperature"],
         "eval_seconds_mean": sum(eval_seconds) / len(eval_seconds),
         "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
@@ -360,48 +361,6 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
 
 #: The controls ``--controls`` chooses from (all by default).
 CONTROLS = ("static", "shuffled", "sft")
-
-
-#: Training settings of the tiny-model ablation (the learning experiment's protocol; ``--max-steps``
-#: and CLI ``-o`` overrides win). Fixed before the protocol run; see the README's "Does it learn?".
-TINY_ABLATION_SETTINGS: dict[str, Any] = {
-    "max_steps": 200,  # about 4-5 minutes of RL on 2 shared cores
-    "per_device_train_batch_size": 32,  # 4 problems x 8 rollouts per step
-    "num_generations": 8,
-    "max_completion_length": 256,
-    # Chosen on pilot runs evaluated on validation problems (held-out seeds from 10^9 + 500,000,
-    # scripts/learning_probe.py), never on the protocol's 500: at 200 steps lr 1e-4 gave +14
-    # points, lr 3e-4 +27 (with unfinished debates scored 0; without that rule lr 3e-4 learned to
-    # skip the verifier and judge, and 1e-3 broke the tool-call format within 4 steps).
-    "learning_rate": 3e-4,
-    "unfinished_debate_reward": 0.0,
-    "logging_steps": 1,
-    # trace replay on CPU: the tiny teachers generate on the same 2 cores as training, so few
-    # calls per step (two replayed turns x 3 teachers) on one thread. Plain DPO (replay.rpo_alpha
-    # 0): on 200 validation problems RPO's NLL term at alpha 1 gave 23.5% against plain DPO's 32.0%
-    # (lr 1e-4, temperature 0.7, 100 steps; README "Does it learn?")
-    "replay.budget_per_step": 6,
-    "replay.max_workers": 1,
-    "dataset_size": 4096,
-}
-
-
-#: Settings of one tiny model's protocol over :data:`TINY_ABLATION_SETTINGS`; ``tiny-sums``'s chosen on
-#: validation problems (README "Does it learn?": lr 3e-4, temperature 1: 44.0% -> 21.0%; these: 39.5%).
-TINY_MODEL_SETTINGS: dict[str, dict[str, Any]] = {"tiny-sums": {"learning_rate": 1e-4, "temperature": 0.7}}
-
-
-def ablation_temperature(overrides: dict[str, Any], base: Any, tiny: bool) -> float:
-    """The sampling temperature of an ablation's runs, at which its sampled figures are measured:
-    ``-o temperature=...``, else a tiny model's protocol setting (:data:`TINY_MODEL_SETTINGS`,
-    :data:`TINY_ABLATION_SETTINGS`), else the config's."""
-    if "temperature" in overrides:
-        return float(overrides["temperature"])
-    if tiny:
-        settings = {**TINY_ABLATION_SETTINGS, **TINY_MODEL_SETTINGS.get(str(base.model), {})}
-        if "temperature" in settings:
-            return float(settings["temperature"])
-    return float(base.temperature)
 
 
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
@@ -484,6 +443,10 @@ def add_ablate_command(sub: Any) -> None:
                         help="episode modes: debate (solver, verifier, judge) and/or single (the solver alone); "
                              "default: the config's mode (debate without a config)")
     ablate.add_argument("--seeds", type=int, default=3)
+    ablate.add_argument("--seed-start", type=int, default=0,
+                        help="first seed (runs seeds S .. S + --seeds - 1): split one experiment's seeds over several "
+                             "processes writing the same --output-dir, then report them all with --seed-start 0, "
+                             "which reuses every finished run")
     ablate.add_argument("--max-steps", type=int, default=None,
                         help="RL steps per run (default: 200 for the tiny model, else the config's max_steps)")
     ablate.add_argument("--model", default=None,

@@ -156,8 +156,8 @@ def test_unfinished_debates_score_the_given_reward_and_nothing_else_moves():
 
 
 def test_report_files_and_summary_fields(tmp_path):
+    from trainer_client.experiments.ablation_report import write_ablation_report
     from trainer_client.experiments.heldout import HeldoutReport
-    from trainer_client.experiments.reporting import write_ablation_report
 
     n = 20
     before_correct = [i < 4 for i in range(n)]
@@ -245,7 +245,7 @@ def test_ablate_learns_beyond_the_warm_up_and_the_answer_only_controls(tiny_lear
     import sys
     from pathlib import Path
 
-    from trainer_client.experiments.ablate import TINY_ABLATION_SETTINGS
+    from trainer_client.experiments.recipe import TINY_ABLATION_SETTINGS
 
     out = tmp_path / "ablate"
     settings = [f"{key}={value}" for key, value in TINY_ABLATION_SETTINGS.items() if key != "max_steps"]
@@ -287,10 +287,10 @@ def test_ablate_rejects_a_bad_plan_in_one_line():
 
 
 def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):
-    from trainer_client.experiments.reporting import _trailing_mean, plot_metrics
+    from trainer_client.experiments.reporting import plot_metrics, trailing_mean
 
-    assert _trailing_mean([1.0, 0.0, 1.0, 0.0, 1.0], 2) == [1.0, 0.5, 0.5, 0.5, 0.5]
-    assert _trailing_mean([0.0, 0.0, 0.0, 1.0], 3) == pytest.approx([0.0, 0.0, 0.0, 1 / 3])
+    assert trailing_mean([1.0, 0.0, 1.0, 0.0, 1.0], 2) == [1.0, 0.5, 0.5, 0.5, 0.5]
+    assert trailing_mean([0.0, 0.0, 0.0, 1.0], 3) == pytest.approx([0.0, 0.0, 0.0, 1 / 3])
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text("".join(json.dumps({"step": s, "debate/reward/solver": float(s % 2), "loss/grpo": 0.1}) + "\n"
                                for s in range(1, 31)))

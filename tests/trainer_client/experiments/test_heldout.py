@@ -121,7 +121,8 @@ def test_whole_debates_agree_with_the_first_answer_path_and_the_servers_rule(tin
     warm-up taught it) ``G`` follows the first answer on most problems."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.heldout import evaluate_episodes, evaluate_first_answers
+    from trainer_client.experiments.episode_eval import evaluate_episodes
+    from trainer_client.experiments.heldout import evaluate_first_answers
 
     model = AutoModelForCausalLM.from_pretrained(tiny_learning_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
@@ -170,3 +171,39 @@ def test_single_mode_evaluation_prompts_with_the_single_mode_instructions() -> N
     single = solver_prompt_ids(tokenizer, problem, tools, mode="single")
     assert single == observation_prompt_ids(tokenizer, observation, tools)
     assert SINGLE_SOLVER_PROMPT in tokenizer.decode(single) and single != solver_prompt_ids(tokenizer, problem, tools)
+
+
+def test_sampled_debates_and_the_debates_own_figures(tmp_path) -> None:
+    """``evaluate_episodes`` with ``k`` samples per problem (the sampled final accuracy) on the
+    protocol's committed start: ``k`` debates per problem in problem order, reproducible from
+    its seed, and the debate's own figures consistent with the per-debate outcomes."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer_client.experiments.episode_eval import evaluate_episodes
+    from trainer_client.experiments.policy_eval import evaluate_policy
+    from trainer_client.experiments.tiny_model import tiny_model_path
+
+    path = tiny_model_path("tiny-sums", tmp_path)
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    source, seeds = load_problem_source("gen:two_digit_sum"), heldout_seeds(12, start=500_000)
+    sampled = evaluate_episodes(model, tokenizer, source, seeds, k=3, temperature=0.7, sample_seed=5)
+    again = evaluate_episodes(model, tokenizer, source, seeds, k=3, temperature=0.7, sample_seed=5)
+    assert sampled.n == 12 and sampled.k == 3 and len(sampled.episode_rewards) == 36
+    assert sampled.episode_rewards == again.episode_rewards and sampled.temperature == 0.7
+    firsts, finals = sampled.first_answer_correct, sampled.episode_rewards
+    assert sampled.wrong_to_right == pytest.approx(sum((not f) and g == 1 for f, g in zip(firsts, finals, strict=True)) / 36)
+    assert sampled.right_to_wrong == pytest.approx(sum(f and g == 0 for f, g in zip(firsts, finals, strict=True)) / 36)
+    assert sampled.first_answer_accuracy == pytest.approx(sum(firsts) / 36)
+    assert sampled.per_problem_final() == [sum(finals[3 * i:3 * i + 3]) / 3 for i in range(12)]
+    assert sampled.balanced_verdict_accuracy == pytest.approx(
+        (sampled.verdict_accuracy_right + sampled.verdict_accuracy_wrong) / 2)
+    greedy = evaluate_episodes(model, tokenizer, source, seeds)
+    assert greedy.k == 1 and greedy.temperature is None and len(greedy.episode_rewards) == 12
+    # one call, every figure: the greedy debates are the same debates
+    figures = evaluate_policy(model, tokenizer, source, seeds, k=2, debate_k=3, temperature=0.7, sample_seed=5)
+    assert figures.figures["final_accuracy"] == greedy.episode_reward
+    assert figures.per_problem["sampled_final_accuracy"] == sampled.per_problem_final()
+    assert len(figures.per_problem["sampled_accuracy"]) == 12 and figures.figures["k"] == 2
+    single = evaluate_policy(model, tokenizer, source, seeds, k=0, temperature=0.7, mode="single")
+    assert single.figures["sampled_accuracy"] is None and single.figures["balanced_verdict_accuracy"] is None
+    assert set(single.per_problem) == {"accuracy", "final_accuracy"}
