@@ -242,7 +242,8 @@ def batch_advantages(
     else:
         sample_advantages = group_normalize(shaped, samples.roles, samples.group_ids, scale=scale)
         per_turn_all = turn_values(samples, sample_advantages)
-    metrics.update(credit_fidelity(all_records, per_turn_all))
+    kept_rows = [k for k, out in enumerate(dropped) if not out]  # a dropped rollout has no credit to judge
+    metrics.update(credit_fidelity([all_records[k] for k in kept_rows], [per_turn_all[k] for k in kept_rows]))
     per_turn = per_turn_all[first_rollout:first_rollout + len(segments)]
     # 8. tokens
     spans = [role_spans(segs) if segs is not None and not dropped[first_rollout + k] else []
