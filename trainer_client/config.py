@@ -151,9 +151,11 @@ class TrainConfig(_Strict):
         output_dir: metrics, plot, checkpoints and pairs go here.
         max_steps, learning_rate, per_device_train_batch_size, gradient_accumulation_steps,
         num_generations, max_completion_length, temperature, loss_type, kl_beta, seed,
-        logging_steps, save_steps, report_to: TRL ``GRPOConfig`` settings (``kl_beta`` is its
-            ``beta``; ``save_steps`` 0 saves only at the end; ``report_to`` e.g.
-            ``["tensorboard"]``).
+        logging_steps, save_steps, report_to, generation_kwargs: TRL ``GRPOConfig`` settings
+            (``kl_beta`` is its ``beta``; ``save_steps`` 0 saves only at the end; ``report_to``
+            e.g. ``["tensorboard"]``; ``generation_kwargs`` go to Hugging Face's
+            ``GenerationConfig`` or vLLM's ``SamplingParams``, e.g. ``{min_new_tokens: 256}``,
+            which ``benchmarks/trainer_overhead.py`` uses to force every completion to one length).
         max_tool_calling_iterations: model turns per rollout (a debate needs up to
             ``2·max_rounds + 1`` tool calls).
         max_rounds: per-episode override of the server's rounds.
@@ -218,6 +220,7 @@ class TrainConfig(_Strict):
     max_completion_length: int = Field(default=512, ge=8)
     max_tool_calling_iterations: int = Field(default=8, ge=1)
     temperature: float = Field(default=1.0, gt=0)
+    generation_kwargs: dict[str, Any] | None = None
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
     kl_beta: float = Field(default=0.0, ge=0)
     seed: int = 0
