@@ -14,7 +14,11 @@ only:
 averaged over the sites' tokens (:func:`~trainer_client.losses.functional.masked_jsd_loss`).
 No error site: no extra forward. The student side reuses the GRPO forward's hidden states,
 and the teacher continues from that forward's keys and values, so only the hint and the erring
-turn run again (:func:`~trainer_client.model.forward.response_hidden_after_prefix`).
+turn run again (:func:`~trainer_client.model.forward.response_hidden_after_prefix`), all sites
+of a micro-batch in one batch. The divergence is computed from both sides' hidden states a
+block of tokens at a time (:func:`~trainer_client.losses.functional.chunked_jsd_loss`): the
+sites' ``(tokens, V)`` logits never exist whole, which at a 151,936-token vocabulary is what
+decided the channel's memory.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
 from env_server.protocol.markers import Role
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
-from trainer_client.losses.functional import masked_jsd_loss
+from trainer_client.losses.functional import chunked_jsd_loss, masked_jsd_loss
 from trainer_client.losses.settings import SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
 from trainer_client.trl_compat import CapturedForward
@@ -115,6 +119,7 @@ class HintDistillation(AuxiliaryLoss):
     """
 
     metric = "loss/sdpo_jsd"
+    cost_key = "sdpo"
 
     def __init__(self, config: SDPOConfig, hints: dict[str, str],
                  reference_solution: Callable[[str], str | None] | None = None) -> None:
@@ -336,7 +341,11 @@ class HintDistillation(AuxiliaryLoss):
                                               temperature=self.config.temperature, compiled=False)
             mask = teacher.mask
             return loss_fn(student_hidden[mask], head.weight, teacher_hidden[mask], head.weight, teacher.labels[mask])
-        with torch.no_grad():
+        if getattr(head, "bias", None) is None:  # the erring tokens' logits a block at a time, never (n, L, V)
+            mask = teacher.mask
+            return chunked_jsd_loss(student_hidden[mask], teacher_hidden[mask], head.weight, beta=self.config.jsd_beta,
+                                    temperature=self.config.temperature, token_clip=self.config.token_clip)
+        with torch.no_grad():  # a head with a bias: full logits
             teacher_logits = head(teacher_hidden)
         return masked_jsd_loss(head(student_hidden), teacher_logits, teacher.mask, beta=self.config.jsd_beta,
                                temperature=self.config.temperature, token_clip=self.config.token_clip)

@@ -37,7 +37,7 @@ import torch
 from accelerate.utils import is_peft_model
 
 from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
-from trainer_client.losses.functional import chosen_nll, dpo_sigmoid_loss, sequence_logps
+from trainer_client.losses.functional import chosen_nll, dpo_sigmoid_loss
 from trainer_client.losses.replay_pairs import (
     as_policy_writes,
     cap_response,
@@ -47,7 +47,13 @@ from trainer_client.losses.replay_pairs import (
 )
 from trainer_client.losses.settings import ReplayConfig
 from trainer_client.losses.teachers import ReplayRequest
-from trainer_client.model.forward import checkpointing_active, pack_responses, response_logits, shared_context_logps
+from trainer_client.model.forward import (
+    checkpointing_active,
+    head_logps,
+    pack_responses,
+    response_hidden,
+    shared_context_logps,
+)
 from trainer_client.trl_compat import reference_adapter, restore_class_forward
 
 __all__ = ["ReplayConfig", "TraceReplayDPO", "replay_pair_logps"]
@@ -69,6 +75,7 @@ class TraceReplayDPO(AuxiliaryLoss):
     """
 
     metric = "loss/trace_replay_dpo"
+    cost_key = "replay"
 
     def __init__(self, config: ReplayConfig, teacher_pool: Any, pair_store: Any) -> None:
         super().__init__(config.beta, config.roles)
@@ -81,6 +88,7 @@ class TraceReplayDPO(AuxiliaryLoss):
         self._shares: tuple[int, list[list[Any]], int, int] | None = None
         #: the trained pairs' log-probs, logged with the next batch's metrics
         self._pending_metrics: dict[str, float] = {}
+        self._share_pairs = 0  # pairs in the last micro-batch's term, logged as replay/pairs
 
     def bind(self, trainer: Any) -> None:
         """Keep the trainer; seed this process's pair sampling; freeze the initial policy."""
@@ -260,7 +268,7 @@ class TraceReplayDPO(AuxiliaryLoss):
     def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
              context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
         value, logged = self.share_loss(model, context.mode, context.accumulation, context.step)
-        return value, ({} if logged is None else {self.metric: logged})
+        return value, ({} if logged is None else {self.metric: logged, "replay/pairs": float(self._share_pairs)})
 
     def share_loss(self, model: torch.nn.Module, mode: str, accumulation: int,
                    step: int | None = None) -> tuple[torch.Tensor | None, float | None]:
@@ -277,12 +285,15 @@ class TraceReplayDPO(AuxiliaryLoss):
 
         Returns:
             ``(loss, logged)``: the scalar term (``None``: no pair for this micro-batch) and the
-            value logged as ``loss/trace_replay_dpo``: the mean loss over this micro-batch's
+            value logged as ``loss/trace_replay_dpo`` (beside it, ``replay/pairs``: how many
+            pairs the micro-batch's term holds): the mean loss over this micro-batch's
             pairs; 0 on the first micro-batch of a step that drew none; ``None`` (nothing
             logged, so the logged mean is not diluted) on a later micro-batch left without a share.
         """
         if mode != "train" or accumulation == 1:
-            loss = self.dpo_loss(model, self._draw(self.trainer.state.global_step if step is None else step))
+            drawn = self._draw(self.trainer.state.global_step if step is None else step)
+            self._share_pairs = len(drawn)
+            loss = self.dpo_loss(model, drawn)
             return loss, (0.0 if loss is None else loss.item())
         step = self.trainer.state.global_step if step is None else step
         if self._shares is None or self._shares[0] != step:
@@ -291,6 +302,7 @@ class TraceReplayDPO(AuxiliaryLoss):
         step, shares, drawn_count, index = self._shares
         self._shares = (step, shares, drawn_count, index + 1)
         share = shares[index] if index < len(shares) else []
+        self._share_pairs = len(share)
         if not share:
             return None, (0.0 if index == 0 else None)
         loss = self.dpo_loss(model, share)
@@ -391,5 +403,6 @@ def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id:
         return logps[:, 0], logps[:, 1]
     # one ``context + response`` row per side (under activation checkpointing, which drops caches)
     batch = pack_responses([c for c in contexts for _ in (0, 1)], [r for group in responses for r in group], pad, device)
-    flat = sequence_logps(response_logits(model, batch), batch.labels, batch.mask)
+    token_logps = head_logps(model, response_hidden(model, batch), batch.labels)  # never (2N, L, V) logits
+    flat = (token_logps * batch.mask.to(token_logps.dtype)).sum(-1)
     return flat[0::2], flat[1::2]

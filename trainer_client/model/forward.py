@@ -23,12 +23,17 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicCache
-from trl.trainer.utils import selective_log_softmax
 
 from trainer_client.trl_compat import CapturedForward, cache_argument, output_cache, transformer_body
 
-__all__ = ["ResponseBatch", "checkpointing_active", "pack_responses",
+__all__ = ["BLOCK_ELEMENTS", "ResponseBatch", "checkpointing_active", "head_logps", "pack_responses",
            "response_hidden", "response_hidden_after_prefix", "response_logits", "shared_context_logps"]
+
+#: The most elements of one ``(tokens, vocabulary)`` block of logits the chunked computations
+#: (:func:`head_logps`, :func:`~trainer_client.losses.functional.chunked_jsd_loss`) build at a
+#: time: 64 MiB in float32, about 110 tokens of Qwen3's 151,936-token vocabulary (a whole batch
+#: at a vocabulary of a few thousand).
+BLOCK_ELEMENTS = 2**24
 
 
 @dataclass
@@ -109,6 +114,54 @@ def response_hidden(model: torch.nn.Module, batch: ResponseBatch) -> torch.Tenso
     return hidden[:, -(length + 1):-1, :]
 
 
+def _head_transform(model: torch.nn.Module) -> tuple[float, float | None]:
+    """``(logit_scale, final_logit_softcapping)`` that ``model``'s forward applies to its LM
+    head's output, read from its config as trl 1.16's ``add_fused_lm_head`` reads them (the
+    models TRL's own fused head supports: Gemma's softcap, Cohere's, Granite's and Falcon-H1's scales)."""
+    config = model.config.get_text_config()  # type: ignore[union-attr,operator]
+    scale = getattr(config, "logit_scale", None)
+    for name in ("output_multiplier", "lm_head_multiplier"):
+        scale = getattr(config, name, None) if scale is None else scale
+    if scale is None and getattr(config, "logits_scaling", None) is not None:
+        scale = config.logits_scaling if config.model_type == "hyperclovax" else 1 / config.logits_scaling
+    return (1.0 if scale is None else float(scale)), getattr(config, "final_logit_softcapping", None)
+
+
+def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``log p(labels)`` from final hidden states through ``model``'s LM head, without building
+    the ``(N, L, V)`` logits: TRL's ``ChunkedLogProbFunction`` (``trl.kernels``, what trl 1.16's
+    GRPO loss uses; Triton on CUDA, torch tiles elsewhere) over vocabulary slices of at most
+    :data:`BLOCK_ELEMENTS` logits, its backward recomputing each slice. The value is
+    ``selective_log_softmax(model's logits, labels)`` up to float summation order.
+
+    Args:
+        model: a causal LM (``get_output_embeddings``, ``config``).
+        hidden: ``(N, L, H)`` final hidden states (after the body's last norm); position ``j``
+            predicts ``labels[:, j]``.
+        labels: ``(N, L)`` long token ids (any id at positions the caller masks out).
+
+    Returns:
+        ``(N, L)`` float32 log-probabilities (gradients flow to ``hidden`` and the head).
+
+    Raises:
+        TypeError: ``model`` has no output embedding.
+    """
+    from trl.kernels import ChunkedLogProbFunction
+    from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
+
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if not isinstance(head, torch.nn.Module) or not isinstance(head.weight, torch.Tensor):
+        raise TypeError(f"{type(model).__name__} has no output embedding (LM head) to score tokens with")
+    scale, softcap = _head_transform(model)
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    weight, bias = head.weight, getattr(head, "bias", None)
+    width = max(1, min(weight.shape[0], BLOCK_ELEMENTS // max(1, min(flat.shape[0], TOKEN_CHUNK_SIZE))))
+    logps = ChunkedLogProbFunction.apply(flat, weight, bias, labels.reshape(-1), 1.0, width, softcap, scale,
+                                         ("log_probs",))[0]
+    return logps.view(labels.shape)
+
+
 def checkpointing_active(model: torch.nn.Module) -> bool:
     """Whether a forward of ``model`` now would run a layer under activation checkpointing
     (transformers drops ``past_key_values`` there, so a shared-context pass cannot be used)."""
@@ -121,10 +174,12 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
                          device: torch.device | str = "cpu") -> torch.Tensor:
     """Summed log-probs of ``K`` responses per context, each context run once.
 
-    Pass 1 runs the left-padded contexts with ``use_cache=True`` and keeps only the last
-    position's logits (they predict every response's first token). The cache is repeated ``K``
-    times along the batch, and pass 2 runs the right-padded responses, minus their last token
-    (never an input), over it, positions continuing each context's. Gradients flow through both
+    Pass 1 runs the left-padded contexts through the transformer body with ``use_cache=True``
+    and keeps only the last position's hidden state (it predicts every response's first token).
+    The cache is repeated ``K`` times along the batch, and pass 2 runs the right-padded
+    responses, minus their last token (never an input), over it, positions continuing each
+    context's. The log-probabilities come from the hidden states through :func:`head_logps`,
+    never from ``(N·K, L, V)`` logits. Gradients flow through both
     passes, so a context's backward sums what its ``K`` responses send it: the same value and
     gradient as :func:`pack_responses` + :func:`response_logits` on each ``context + response``
     (up to float summation order; ``tests/trainer_client/model/test_forward.py``).
@@ -168,10 +223,10 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
     context_ids, context_mask, context_positions = (t.to(device) for t in (context_ids, context_mask, context_positions))
     labels, mask = labels.to(device), mask.to(device)
 
-    first = model(input_ids=context_ids, attention_mask=context_mask, position_ids=context_positions,
-                  logits_to_keep=1, use_cache=True)
+    body = transformer_body(model)
+    first = body(input_ids=context_ids, attention_mask=context_mask, position_ids=context_positions, use_cache=True)
     # (N·K,) log p(first response token | context)
-    logps = selective_log_softmax(first.logits[:, -1, :].repeat_interleave(k, dim=0), labels[:, 0])
+    logps = head_logps(model, first.last_hidden_state[:, -1:, :].repeat_interleave(k, dim=0), labels[:, :1])[:, 0]
     if length > 1:
         cache = output_cache(first)
         cache.batch_repeat_interleave(k)
@@ -180,9 +235,10 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
         lengths = context_mask.sum(-1).repeat_interleave(k)
         positions = lengths[:, None] + torch.arange(length - 1, device=labels.device)[None, :]
         attention_mask = torch.cat([context_mask.repeat_interleave(k, dim=0), input_mask], dim=1)
-        rest = model(input_ids=inputs, attention_mask=attention_mask, position_ids=positions,
-                     logits_to_keep=length - 1, use_cache=True, **{cache_argument(model): cache})
-        rest_logps = selective_log_softmax(rest.logits, labels[:, 1:])
+        rest = body(input_ids=inputs, attention_mask=attention_mask, position_ids=positions, use_cache=True,
+                    **{cache_argument(body): cache})
+        # the responses' logits a vocabulary slice at a time (head_logps), never (N·K, L, V)
+        rest_logps = head_logps(model, rest.last_hidden_state, labels[:, 1:])
         logps = logps + (rest_logps * mask[:, 1:].to(rest_logps.dtype)).sum(-1)
     return logps.view(n, k)
 
