@@ -85,6 +85,10 @@ def test_each_ablation_preset_trains_two_steps(server_url, tiny_model_dir, tmp_p
         assert all(key in line for key in LOSS_KEYS)
         assert "debate/reward/solver" in line and "debate/error_site_rate" in line
         assert 0.0 <= line["debate/unfinished_rate"] <= 1.0
+        # what each channel on costs, per step (trainer_client.losses.costs)
+        on = {"baseline": set(), "sdpo": {"sdpo"}, "replay": {"replay"}, "full": {"sdpo", "replay"}}[preset]
+        assert {key for key in line if key.startswith("time/")} == {f"time/{name}_s" for name in on}
+        assert all(line[f"time/{name}_s"] > 0 for name in on) and line["memory/peak_gib"] > 0.1
     assert (tmp_path / preset / "training.png").stat().st_size > 0
     assert (tmp_path / preset / "final" / "config.json").exists()
     if preset in ("sdpo", "full"):

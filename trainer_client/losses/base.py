@@ -20,6 +20,10 @@ Each extra term is an :class:`AuxiliaryLoss`:
    captured when :meth:`AuxiliaryLoss.wants_policy_forward` says so). The trainer adds
    ``weight · loss / accumulation`` (TRL's own scaling of its term) and logs ``metrics``.
 
+What a term costs is logged for it: ``time/<cost_key>_s`` per optimiser step (its ``prepare``,
+its ``loss`` and its part of the backward) beside the step's ``memory/peak_gib``
+(:mod:`trainer_client.losses.costs`).
+
 A term acts on the tokens of the roles in :attr:`AuxiliaryLoss.roles` only (per-role policies
 give each role's tokens to its own term). Register a new term with
 :func:`register_auxiliary_loss` and turn it on from the config (``aux_losses: [{name: ...,
@@ -104,10 +108,18 @@ class AuxiliaryLoss(ABC):
     Attributes:
         name: the registry name (set by :func:`register_auxiliary_loss`).
         metric: the key its value is logged under (e.g. ``loss/sdpo_jsd``).
+        cost_key: its seconds per step are logged as ``time/<cost_key>_s``
+            (:mod:`trainer_client.losses.costs`; empty: ``name``).
     """
 
     name: ClassVar[str] = ""
     metric: ClassVar[str] = ""
+    cost_key: ClassVar[str] = ""
+
+    @property
+    def cost_name(self) -> str:
+        """The ``<key>`` of ``time/<key>_s``: :attr:`cost_key`, else the registry name, else the class name."""
+        return self.cost_key or self.name or type(self).__name__
 
     def __init__(self, weight: float, roles: Sequence[Role | str] | None = None) -> None:
         self.weight = float(weight)

@@ -1,0 +1,163 @@
+"""What each loss channel costs in a run: seconds per optimiser step, and the step's peak memory.
+
+The trainer (:class:`~trainer_client.trainer.DebateGRPOTrainer`) logs, per optimiser step:
+
+- ``time/<channel>_s`` (``time/sdpo_s``, ``time/replay_s``, ...): the seconds the channel took:
+  its :meth:`~trainer_client.losses.base.AuxiliaryLoss.prepare` (trace replay: storing new pairs
+  with their reference log-probabilities) and batch metrics, its
+  :meth:`~trainer_client.losses.base.AuxiliaryLoss.loss` (forward, and what a fused loss
+  computes there), and its own part of the backward;
+- ``memory/peak_gib``: the step's peak memory, GiB: ``torch.cuda.max_memory_allocated`` on CUDA;
+  on CPU the process's peak resident set (``VmHWM``, reset each step through
+  ``/proc/self/clear_refs``; where that file cannot be written, ``ru_maxrss``, the peak since
+  the process started).
+
+The backward is one call for the whole loss, so a channel's part is read from tensor hooks on
+each term: PyTorch's autograd engine runs, among the nodes ready to run, the most recently
+created first (the CPU ready queue orders by sequence number), so the terms' own graphs, built
+after GRPO's forward, are walked before GRPO's: the last-built channel first, down to where its
+graph meets GRPO's (the shared hidden states) or the parameters. A channel's part is the time
+from its term's hook to the next hook (another channel's, or GRPO's term's);
+``tests/trainer_client/test_trainer.py`` checks the order. On CUDA every time is taken with CUDA
+events and read once per step, after one synchronisation.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["ChannelCosts", "PeakMemory"]
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+class PeakMemory:
+    """The peak memory since :meth:`reset`, GiB (see the module docstring for what is measured).
+
+    Args:
+        device: the training device.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.resettable = self.cuda or (_CLEAR_REFS.exists() and _STATUS.exists())
+
+    def reset(self) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+            return
+        if self.resettable:
+            try:
+                _CLEAR_REFS.write_text("5")  # Linux: reset the peak resident set size (VmHWM)
+            except OSError:
+                self.resettable = False
+
+    def gib(self) -> float:
+        if self.cuda:
+            return torch.cuda.max_memory_allocated() / 2**30
+        if self.resettable:
+            for line in _STATUS.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20  # kB
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+
+
+class ChannelCosts:
+    """Per optimiser step, each channel's seconds and the step's peak memory (module docstring).
+
+    Use: :meth:`start_micro_batch` and :meth:`end_micro_batch` around each micro-batch's
+    training step; :meth:`span` around a channel's work; :meth:`watch_backward` on each loss term
+    (``None`` for GRPO's); :meth:`step_metrics` after the step's last micro-batch.
+
+    Args:
+        device: the training device.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.memory = PeakMemory(device)
+        self._seconds: dict[str, float] = defaultdict(float)
+        self._pending: list[tuple[str, Any, Any]] = []  # CUDA: (key, start event, end event)
+        self._stamps: list[tuple[str | None, Any]] = []  # this micro-batch's backward hooks, in firing order
+        self._last_order: list[str | None] = []
+        self._in_step = False
+
+    def _now(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _add(self, key: str, start: Any, end: Any) -> None:
+        if self.cuda:
+            self._pending.append((key, start, end))
+        else:
+            self._seconds[key] += end - start
+
+    def start_micro_batch(self) -> None:
+        """Before a micro-batch's training step; the first of an optimiser step resets the
+        step's figures and the memory peak."""
+        if not self._in_step:
+            self._seconds.clear()
+            self._pending.clear()
+            if self.cuda:
+                torch.cuda.synchronize()
+            self.memory.reset()
+            self._in_step = True
+        self._stamps = []
+
+    @contextmanager
+    def span(self, key: str) -> Iterator[None]:
+        """Count the block's time to ``key`` (``time/<key>_s``)."""
+        start = self._now()
+        try:
+            yield
+        finally:
+            self._add(key, start, self._now())
+
+    def watch_backward(self, key: str | None, term: torch.Tensor) -> None:
+        """Stamp the moment the backward reaches ``term`` (a channel's loss, or GRPO's with ``key``
+        ``None``); does nothing for a term without a gradient."""
+        if not term.requires_grad:
+            return
+
+        def stamp(grad: torch.Tensor) -> None:
+            self._stamps.append((key, self._now()))
+
+        term.register_hook(stamp)
+
+    def end_micro_batch(self) -> None:
+        """After the micro-batch's backward: give each channel the backward time from its
+        term's stamp to the next stamp (the last one, to now)."""
+        self._last_order = [key for key, _ in self._stamps]
+        if self._stamps:
+            end = self._now()
+            for i, (key, start) in enumerate(self._stamps):
+                if key is not None:
+                    self._add(key, start, self._stamps[i + 1][1] if i + 1 < len(self._stamps) else end)
+        self._stamps = []
+
+    def backward_order(self) -> list[str | None]:
+        """The keys of the last micro-batch's stamps in firing order (for tests)."""
+        return list(self._last_order)
+
+    def step_metrics(self, keys: list[str]) -> dict[str, float]:
+        """``time/<key>_s`` for every key (0 for a channel that did nothing) and
+        ``memory/peak_gib``; ends the step."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            for key, start, end in self._pending:
+                self._seconds[key] += start.elapsed_time(end) / 1000.0
+            self._pending.clear()
+        self._in_step = False
+        return {**{f"time/{key}_s": self._seconds.get(key, 0.0) for key in keys}, "memory/peak_gib": self.memory.gib()}
