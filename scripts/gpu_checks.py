@@ -11,7 +11,13 @@ with no downloads.
 - ``hf-eval``: ``mathdebate eval --policy hf:<tiny>`` on CUDA (``load_hf_model`` moves the model
   there), 5 problems, no failed request;
 - ``vllm-colocate``: 2 steps with ``use_vllm: true, vllm_mode: colocate`` where vLLM is installed;
-  the rollouts came from vLLM (TRL's ``sampling/sampling_logp_difference/mean`` is logged).
+  the rollouts came from vLLM (TRL's ``sampling/sampling_logp_difference/mean`` is logged);
+- ``scale``: ``benchmarks/trainer_overhead.py --shape qwen3-0.6b`` (the Qwen3-0.6B shape with its
+  151,936-token vocabulary, random weights, 6 steps per arm, one run of each arm): plain TRL,
+  GRPO-only and both channels in fresh processes; the line gives each arm's s/step, time outside
+  generation and peak CUDA memory and the two ratios (targets: GRPO-only within 1.05x of plain
+  TRL in step time and memory; both channels within 1.25x of GRPO-only in step time and 1.15x in
+  memory). About 5 minutes on an H100; ``--skip-scale`` leaves it out.
 
 A check that cannot run prints ``unavailable: <why>``; a check that ran and failed prints
 ``FAIL``, and the script then exits 1. Usage: ``python scripts/gpu_checks.py [--work DIR]``.
@@ -144,13 +150,27 @@ def check_vllm_colocate(work: Path, tiny: Path, url: str) -> str:
     return f"ok: 2 steps, vLLM-vs-trainer log-prob gap per step {gaps}"
 
 
+def check_scale(work: Path, tiny: Path, url: str) -> str:
+    # its own env server and fresh processes per arm: the benchmark's figures need both
+    done = subprocess.run([sys.executable, "benchmarks/trainer_overhead.py", "--shape", "qwen3-0.6b", "--repeats", "1",
+                           "--tiny-model-dir", str(tiny), "--work", str(work / "scale")],
+                          capture_output=True, text=True, timeout=1500, cwd=REPO)
+    assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    arms = ", ".join(f"{arm} {f['s_per_step']:.2f} s/step, {f['outside_generation_s']:.2f} s outside generation, "
+                     f"{f['peak_memory_gib']:.1f} GiB" for arm, f in result["arms"].items())
+    return (f"ok: qwen3-0.6b on {result['device']}: {arms}; grpo_vs_trl {json.dumps(result['grpo_vs_trl'])}; "
+            f"full_vs_grpo {json.dumps(result['full_vs_grpo'])}")
+
+
 CHECKS = {"bf16-train": check_bf16_train, "liger-jsd": check_liger_jsd, "liger-train": check_liger_train,
-          "hf-eval": check_hf_eval, "vllm-colocate": check_vllm_colocate}
+          "hf-eval": check_hf_eval, "vllm-colocate": check_vllm_colocate, "scale": check_scale}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default=None, help="working directory (default: a temporary one)")
+    parser.add_argument("--skip-scale", action="store_true", help="leave out the scale benchmark (about 5 minutes)")
     args = parser.parse_args()
     why = _no_cuda()
     if why is not None:
@@ -165,6 +185,9 @@ def main() -> int:
     failed = 0
     with running_server(["--grading-workers", "2"]) as url:
         for name, check in CHECKS.items():
+            if name == "scale" and args.skip_scale:
+                print("scale: skipped (--skip-scale)", flush=True)
+                continue
             try:
                 line = check(work, tiny, url)
             except Exception as exc:  # one failed check must not hide the others

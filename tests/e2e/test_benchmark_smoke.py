@@ -56,6 +56,38 @@ def test_trainer_step_benchmark_reports_each_pair_count(tiny_model_dir) -> None:
         assert result["jsd_memory_ratio"] > 0
 
 
+def test_trainer_overhead_benchmark_runs_the_three_arms_at_the_tiny_shape(tiny_model_dir, tmp_path) -> None:
+    """``benchmarks/trainer_overhead.py --shape tiny``: plain TRL, GRPO-only and both channels,
+    each in its own process against one server, with matching TRL arguments; the full arm ran
+    hint-distillation sites and DPO pairs (the script fails otherwise); the table and the last
+    JSON line agree. The arms run at the same time (``--concurrent``, to keep the suite short),
+    so its timings are not checked (they live in docs/performance.md)."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/trainer_overhead.py", "--shape", "tiny", "--repeats", "1", "--concurrent",
+         "--tiny-model-dir", tiny_model_dir, "--work", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["benchmark"] == "trainer_overhead" and result["shape"] == "tiny" and result["steps_per_arm"] == 2
+    assert result["concurrent"] is True
+    check_provenance(result["provenance"], [load_problem_source(None).fingerprint()])
+    arms = result["arms"]
+    assert set(arms) == {"trl", "grpo", "full"}
+    for figures in arms.values():
+        assert figures["s_per_step"] > figures["outside_generation_s"] > 0 and figures["peak_memory_gib"] > 0.05
+    for name, (a, b) in {"grpo_vs_trl": ("grpo", "trl"), "full_vs_grpo": ("full", "grpo")}.items():
+        assert set(result[name]) == {"s_per_step", "outside_generation_s", "peak_memory"}
+        assert result[name]["s_per_step"] == pytest.approx(arms[a]["s_per_step"] / arms[b]["s_per_step"], rel=1e-2)
+        assert result[name]["peak_memory"] == pytest.approx(arms[a]["peak_memory_gib"] / arms[b]["peak_memory_gib"],
+                                                            rel=1e-2)
+    # the full arm's channels logged their own cost in every measured step (metrics.jsonl)
+    assert arms["full"]["time/sdpo_s"] > 0 and arms["full"]["time/replay_s"] > 0
+    assert "time/sdpo_s" not in arms["grpo"] and arms["grpo"]["memory/peak_gib"] > 0
+    table = [line for line in lines if line.startswith(("plain TRL", "run_training"))]
+    assert len(table) == 3 and any(line.startswith("grpo_vs_trl:") for line in lines)
+
+
 def test_env_throughput_benchmark_names_its_provenance() -> None:
     """The env benchmarks' JSON carries the provenance (one short row of ``env_throughput``; the
     others add it the same way), with what the server it started says of itself."""

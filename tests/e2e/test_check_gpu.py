@@ -19,5 +19,5 @@ def test_check_gpu_prints_one_unavailable_line_per_check_without_cuda() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert [line.split(":", 1)[0] for line in lines] == ["bf16-train", "liger-jsd", "liger-train", "hf-eval",
-                                                                 "vllm-colocate"]
+                                                                 "vllm-colocate", "scale"]
     assert all(": unavailable: no CUDA device" in line for line in lines)
