@@ -17,9 +17,7 @@ seam to TRL's internals); the maths lives in small modules:
 - :meth:`DebateGRPOTrainer.compute_loss`: ``total = grpo + Σ_i weight_i · loss_i`` over the
   channels (:mod:`trainer_client.losses.base`): hint distillation (``α``), trace-replay DPO
   (``β``) and any registered from the config; each term is divided by the gradient-accumulation
-  steps exactly as TRL scales its own loss. Each channel's seconds per step and the step's peak
-  memory are logged (``time/sdpo_s``, ``time/replay_s``, ``memory/peak_gib``:
-  :mod:`trainer_client.losses.costs`).
+  steps exactly as TRL scales its own loss; what each costs is logged (:mod:`~trainer_client.losses.costs`).
 - Role routing (``policies``, :mod:`trainer_client.policies.routing`): every generation round
   (:meth:`DebateGRPOTrainer.generate_round`) and every per-token log-prob
   (:meth:`DebateGRPOTrainer.token_logps`) goes through the policy of the role whose turn it is;
@@ -138,8 +136,8 @@ class DebateGRPOTrainer(GRPOHooks):
             channel.bind(self)
         if self.role_router is not None:
             log.info("role policies: %s", self.role_router.policies.describe())
-        self.costs = ChannelCosts(self.accelerator.device)  # time/<channel>_s, memory/peak_gib
-        self._cost_micro_batches = 0
+        self.costs = ChannelCosts(self.accelerator.device, [c.cost_name for c in self.channels], self._log)
+        self.add_callback(self.costs)  # logs each step's costs before the step's logs are written
         self._batch_completions: list[list[dict[str, Any]]] = []
         self._batch_routes: torch.Tensor | None = None  # per-token adapter of this batch, before scoring
         self._loss_routes: torch.Tensor | None = None  # of the micro-batch in the loss
@@ -226,9 +224,7 @@ class DebateGRPOTrainer(GRPOHooks):
         shown = without_dropped(segments, result.dropped, self.accelerator.process_index * len(records))
         batch = ScoredBatch(output, records, environments, shown, self._batch_completions, mode, self.state.global_step)
         for channel in self.channels:
-            with self.costs.span(channel.cost_name):
-                routed = channel.prepare(batch)
-                metrics = channel.batch_metrics()
+            routed, metrics = self.costs.timed(channel.cost_name, lambda c=channel: (c.prepare(batch), c.batch_metrics()))
             if routed is not None:  # the channel takes these tokens away from the GRPO term
                 loss_mask = loss_mask * routed.to(device=device, dtype=loss_mask.dtype)
             self._log(metrics, mode)
@@ -283,32 +279,16 @@ class DebateGRPOTrainer(GRPOHooks):
         mode = self.mode
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         context = LossContext(mode, accumulation, self.state.global_step, captured[0] if len(captured) == 1 else None)
-        total = grpo
+        total = self.costs.grpo_term(grpo)  # GRPO's backward comes after the channels' (losses.costs)
         logged = {HintDistillation.metric: 0.0, TraceReplayDPO.metric: 0.0}  # the built-in channels' keys, always
-        self.costs.watch_backward(None, grpo)
         for channel in self.channels:
-            with self.costs.span(channel.cost_name):
-                value, metrics = channel.loss(model, inputs, context)
+            value, metrics = self.costs.loss(channel.cost_name, channel.loss, model, inputs, context)
             if value is not None:
-                self.costs.watch_backward(channel.cost_name, value)
                 total = total + channel.weight * value / accumulation
             logged.pop(channel.metric, None)
             logged.update(metrics)
         self._log({"loss/grpo": grpo.item() * accumulation, **logged, "loss/total": total.item() * accumulation}, mode)
         return total
-
-    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """TRL's training step (generation when due, the loss, its backward), with each channel's
-        seconds and the step's peak memory logged after the optimiser step's last micro-batch
-        (:mod:`trainer_client.losses.costs`)."""
-        self.costs.start_micro_batch()
-        try:
-            return super().training_step(*args, **kwargs)
-        finally:
-            self.costs.end_micro_batch()
-            self._cost_micro_batches += 1
-            if self._cost_micro_batches % self.current_gradient_accumulation_steps == 0:
-                self._log(self.costs.step_metrics([channel.cost_name for channel in self.channels]), "train")
 
     def flush_replay_pairs(self) -> None:
         """Let every channel finish (trace replay stores the pairs its teachers finished since

@@ -44,49 +44,44 @@ def test_each_channel_gets_its_forward_and_its_part_of_the_backward(model_and_to
                            teacher_pool=object(), pair_store=store)
     store.add([stored_pair(trainer, tokenizer)])
     costs = trainer.costs
-    costs.start_micro_batch()
+    assert costs in trainer.callback_handler.callbacks  # it logs at every step's end
+    costs.on_step_begin(trainer.args, trainer.state, trainer.control)
     loss = trainer.compute_loss(model, make_batch(tokenizer, sites=[[(3, 9, "solver/wrong_answer")], []]))
-    start = time.perf_counter()
     loss.backward()
-    backward_s = time.perf_counter() - start
-    costs.end_micro_batch()
+    costs.on_step_end(trainer.args, trainer.state, trainer.control)
     # the autograd engine walks the last-built term first, GRPO's (built before both) last
     assert costs.backward_order() == ["replay", "sdpo", None]
-    metrics = costs.step_metrics(["sdpo", "replay"])
-    assert set(metrics) == {"time/sdpo_s", "time/replay_s", "memory/peak_gib"}
-    assert metrics["time/sdpo_s"] > 0 and metrics["time/replay_s"] > 0
-    assert metrics["memory/peak_gib"] > 0.05  # a torch process holds more than 50 MiB
-    assert trainer._metrics["train"]["replay/pairs"] == [1.0] and trainer._metrics["train"]["sdpo/sites"] == [1.0]
-    # a second step starts from zero; a channel that did nothing costs 0 s
-    costs.start_micro_batch()
-    costs.end_micro_batch()
-    again = costs.step_metrics(["sdpo", "replay", "other"])
-    assert again["time/sdpo_s"] == again["time/replay_s"] == again["time/other_s"] == 0.0
-    assert backward_s > 0
+    logged = trainer._metrics["train"]
+    assert logged["time/sdpo_s"][0] > 0 and logged["time/replay_s"][0] > 0
+    assert logged["memory/peak_gib"][0] > 0.05  # a torch process holds more than 50 MiB
+    assert logged["replay/pairs"] == [1.0] and logged["sdpo/sites"] == [1.0]
+    # a second step starts from zero: a step without the channels' work costs them 0 s
+    costs.start_step()
+    again = costs.end_step()
+    assert set(again) == {"time/sdpo_s", "time/replay_s", "memory/peak_gib"}
+    assert again["time/sdpo_s"] == again["time/replay_s"] == 0.0
 
 
-def test_the_backward_shares_add_up_to_no_more_than_the_backward() -> None:
-    """Three terms on one graph, as the trainer builds them: each channel's share is the time
-    from its hook to the next one, so the shares never exceed the whole backward."""
-    costs = ChannelCosts(torch.device("cpu"))
+def test_the_shares_add_up_to_no_more_than_the_step() -> None:
+    """Three terms on one graph, as the trainer builds them: each channel gets its forward and
+    the backward from its hook to the next one, so the channels' seconds never exceed the step's,
+    and GRPO's own backward (the last, after both channels') is nobody's."""
+    costs = ChannelCosts(torch.device("cpu"), ["first", "second"])
     weight = torch.randn(256, 256, requires_grad=True)
-    x = torch.randn(64, 256)
-    costs.start_micro_batch()
+    x = torch.randn(256, 256)
+    started = time.perf_counter()
+    costs.start_step()
     shared = torch.tanh(x @ weight)
-    grpo = shared.square().mean()
-    costs.watch_backward(None, grpo)
-    first = (shared @ weight).tanh().sum()  # a channel on the shared activations
-    costs.watch_backward("first", first)
-    second = torch.stack([(x @ weight).sin().mean() for _ in range(20)]).sum()  # a channel with its own graph
-    costs.watch_backward("second", second)
-    total = grpo + first + second
-    start = time.perf_counter()
+    total = costs.grpo_term(torch.stack([(shared @ weight).cos().mean() for _ in range(40)]).sum())
+    total = total + costs.loss("first", lambda: ((shared @ weight).tanh().sum(), {}))[0]  # on shared activations
+    total = total + costs.loss("second", lambda: (torch.stack([(x @ weight).sin().mean() for _ in range(20)]).sum(),
+                                                  {}))[0]  # a graph of its own
     total.backward()
-    whole = time.perf_counter() - start
-    costs.end_micro_batch()
+    metrics = costs.end_step()
+    whole = time.perf_counter() - started
     assert costs.backward_order() == ["second", "first", None]
-    metrics = costs.step_metrics(["first", "second"])
-    assert 0 < metrics["time/first_s"] + metrics["time/second_s"] <= whole
+    assert metrics["time/first_s"] > 0 and metrics["time/second_s"] > 0
+    assert metrics["time/first_s"] + metrics["time/second_s"] < whole
 
 
 def test_peak_memory_follows_a_large_allocation() -> None:

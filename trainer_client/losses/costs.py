@@ -18,7 +18,7 @@ created first (the CPU ready queue orders by sequence number), so the terms' own
 after GRPO's forward, are walked before GRPO's: the last-built channel first, down to where its
 graph meets GRPO's (the shared hidden states) or the parameters. A channel's part is the time
 from its term's hook to the next hook (another channel's, or GRPO's term's);
-``tests/trainer_client/test_trainer.py`` checks the order. On CUDA every time is taken with CUDA
+``tests/trainer_client/test_channel_costs.py`` checks the order. On CUDA every time is taken with CUDA
 events and read once per step, after one synchronisation.
 """
 
@@ -27,15 +27,16 @@ from __future__ import annotations
 import resource
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from transformers import TrainerCallback
 
 __all__ = ["ChannelCosts", "PeakMemory"]
 
+T = TypeVar("T")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
 
@@ -71,25 +72,29 @@ class PeakMemory:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
 
 
-class ChannelCosts:
-    """Per optimiser step, each channel's seconds and the step's peak memory (module docstring).
+class ChannelCosts(TrainerCallback):
+    """Per optimiser step, each channel's seconds and the step's peak memory (module docstring):
+    a ``TrainerCallback`` that starts a step's accounting in ``on_step_begin`` and logs it in
+    ``on_step_end`` (before the step's logs are written).
 
-    Use: :meth:`start_micro_batch` and :meth:`end_micro_batch` around each micro-batch's
-    training step; :meth:`span` around a channel's work; :meth:`watch_backward` on each loss term
-    (``None`` for GRPO's); :meth:`step_metrics` after the step's last micro-batch.
+    The trainer runs a channel's work through :meth:`timed` and :meth:`loss`, and passes GRPO's
+    term through :meth:`grpo_term`.
 
     Args:
         device: the training device.
+        keys: the channels' keys (``time/<key>_s`` is logged for each, 0 when it did nothing).
+        log: called with the step's metrics and ``"train"``.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, keys: Sequence[str] = (),
+                 log: Callable[[dict[str, float], str], None] | None = None) -> None:
         self.cuda = device.type == "cuda"
         self.memory = PeakMemory(device)
+        self.keys, self.log = list(keys), log
         self._seconds: dict[str, float] = defaultdict(float)
         self._pending: list[tuple[str, Any, Any]] = []  # CUDA: (key, start event, end event)
-        self._stamps: list[tuple[str | None, Any]] = []  # this micro-batch's backward hooks, in firing order
+        self._stamps: list[tuple[str | None, Any]] = []  # the step's backward hooks, in firing order
         self._last_order: list[str | None] = []
-        self._in_step = False
 
     def _now(self) -> Any:
         if self.cuda:
@@ -104,30 +109,37 @@ class ChannelCosts:
         else:
             self._seconds[key] += end - start
 
-    def start_micro_batch(self) -> None:
-        """Before a micro-batch's training step; the first of an optimiser step resets the
-        step's figures and the memory peak."""
-        if not self._in_step:
-            self._seconds.clear()
-            self._pending.clear()
-            if self.cuda:
-                torch.cuda.synchronize()
-            self.memory.reset()
-            self._in_step = True
+    def start_step(self) -> None:
+        """Forget the last step's figures; reset the memory peak."""
+        self._seconds.clear()
+        self._pending.clear()
         self._stamps = []
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.memory.reset()
 
-    @contextmanager
-    def span(self, key: str) -> Iterator[None]:
-        """Count the block's time to ``key`` (``time/<key>_s``)."""
+    def timed(self, key: str, work: Callable[[], T]) -> T:
+        """``work()``, its time counted to ``key``."""
         start = self._now()
         try:
-            yield
+            return work()
         finally:
             self._add(key, start, self._now())
 
-    def watch_backward(self, key: str | None, term: torch.Tensor) -> None:
-        """Stamp the moment the backward reaches ``term`` (a channel's loss, or GRPO's with ``key``
-        ``None``); does nothing for a term without a gradient."""
+    def loss(self, key: str, loss: Callable[..., tuple[torch.Tensor | None, dict[str, float]]],
+             *args: Any) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """A channel's ``loss(*args)``, timed; the backward's arrival at its term is stamped."""
+        value, metrics = self.timed(key, lambda: loss(*args))
+        if value is not None:
+            self._watch(key, value)
+        return value, metrics
+
+    def grpo_term(self, term: torch.Tensor) -> torch.Tensor:
+        """GRPO's term, its backward stamped (where the last channel's part of the backward ends)."""
+        self._watch(None, term)
+        return term
+
+    def _watch(self, key: str | None, term: torch.Tensor) -> None:
         if not term.requires_grad:
             return
 
@@ -136,28 +148,31 @@ class ChannelCosts:
 
         term.register_hook(stamp)
 
-    def end_micro_batch(self) -> None:
-        """After the micro-batch's backward: give each channel the backward time from its
-        term's stamp to the next stamp (the last one, to now)."""
+    def end_step(self) -> dict[str, float]:
+        """The step's ``time/<key>_s`` for every key and ``memory/peak_gib``: each channel gets
+        the backward time from its term's stamp to the next stamp (the last one, to now)."""
+        end = self._now()
         self._last_order = [key for key, _ in self._stamps]
-        if self._stamps:
-            end = self._now()
-            for i, (key, start) in enumerate(self._stamps):
-                if key is not None:
-                    self._add(key, start, self._stamps[i + 1][1] if i + 1 < len(self._stamps) else end)
+        for i, (key, start) in enumerate(self._stamps):
+            if key is not None:
+                self._add(key, start, self._stamps[i + 1][1] if i + 1 < len(self._stamps) else end)
         self._stamps = []
-
-    def backward_order(self) -> list[str | None]:
-        """The keys of the last micro-batch's stamps in firing order (for tests)."""
-        return list(self._last_order)
-
-    def step_metrics(self, keys: list[str]) -> dict[str, float]:
-        """``time/<key>_s`` for every key (0 for a channel that did nothing) and
-        ``memory/peak_gib``; ends the step."""
         if self.cuda:
             torch.cuda.synchronize()
-            for key, start, end in self._pending:
-                self._seconds[key] += start.elapsed_time(end) / 1000.0
+            for key, start, stop in self._pending:
+                self._seconds[key] += start.elapsed_time(stop) / 1000.0
             self._pending.clear()
-        self._in_step = False
+        keys = self.keys or sorted(self._seconds)
         return {**{f"time/{key}_s": self._seconds.get(key, 0.0) for key in keys}, "memory/peak_gib": self.memory.gib()}
+
+    def backward_order(self) -> list[str | None]:
+        """The keys of the last step's backward stamps in firing order (for tests)."""
+        return list(self._last_order)
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start_step()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        metrics = self.end_step()
+        if self.log is not None:
+            self.log(metrics, "train")
