@@ -224,10 +224,10 @@ class DebateGRPOTrainer(GRPOHooks):
         shown = without_dropped(segments, result.dropped, self.accelerator.process_index * len(records))
         batch = ScoredBatch(output, records, environments, shown, self._batch_completions, mode, self.state.global_step)
         for channel in self.channels:
-            routed, metrics = self.costs.timed(channel.cost_name, lambda c=channel: (c.prepare(batch), c.batch_metrics()))
+            routed = self.costs.timed(channel.cost_name, channel.prepare, batch)
             if routed is not None:  # the channel takes these tokens away from the GRPO term
                 loss_mask = loss_mask * routed.to(device=device, dtype=loss_mask.dtype)
-            self._log(metrics, mode)
+            self._log(self.costs.timed(channel.cost_name, channel.batch_metrics), mode)
         output[mask_key] = loss_mask
         output["num_items_in_batch"] = self.accelerator.gather((completion_mask * loss_mask).sum()).sum()
         samples, shaped, scored = scored_only(result.samples, result.shaped, all_records, all_failed)

@@ -118,18 +118,18 @@ class ChannelCosts(TrainerCallback):
             torch.cuda.synchronize()
         self.memory.reset()
 
-    def timed(self, key: str, work: Callable[[], T]) -> T:
-        """``work()``, its time counted to ``key``."""
+    def timed(self, key: str, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)``, its time counted to ``key``."""
         start = self._now()
         try:
-            return work()
+            return work(*args)
         finally:
             self._add(key, start, self._now())
 
     def loss(self, key: str, loss: Callable[..., tuple[torch.Tensor | None, dict[str, float]]],
              *args: Any) -> tuple[torch.Tensor | None, dict[str, float]]:
         """A channel's ``loss(*args)``, timed; the backward's arrival at its term is stamped."""
-        value, metrics = self.timed(key, lambda: loss(*args))
+        value, metrics = self.timed(key, loss, *args)
         if value is not None:
             self._watch(key, value)
         return value, metrics
