@@ -142,10 +142,11 @@ class _ChunkedJSD(torch.autograd.Function):
                 per_token = per_token.clamp(max=token_clip)
             total += per_token.sum() / max(rows, 1)
             grad.div_(max(rows, 1))
-            if grad_student is not None:
-                grad_student[start:start + step] = grad.to(w.dtype) @ w
-            if grad_weight is not None:
-                grad_weight.addmm_(grad.t(), hidden.float())
+            with torch.autocast(w.device.type, enabled=False):  # the dtypes are chosen here, float32 accumulation
+                if grad_student is not None:
+                    grad_student[start:start + step] = grad.to(w.dtype) @ w
+                if grad_weight is not None:
+                    grad_weight.addmm_(grad.t(), hidden.float())
         ctx.save_for_backward(grad_student, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total
