@@ -2,15 +2,21 @@
 trained in.
 
 The model sees what TRL's tool loop shows it during training, built by the same functions the
-held-out evaluation uses (:mod:`trainer_client.experiments.heldout`): a rollout starts with
+held-out evaluation uses (:mod:`trainer_client.experiments.heldout`), kept per episode by
+:class:`TokenConversations`: a rollout starts with
 :func:`~trainer_client.experiments.heldout.observation_prompt_ids` (system prompt, the role's instructions,
-the tools); the model answers with a tool call; :func:`~trainer_client.experiments.heldout.role_tool_action`
-turns a valid call of the acting role's tool into the action (else the turn's text is submitted,
-or the forfeit placeholder when it is blank, as the training adapter does); the next turn
-continues the same conversation (:func:`~trainer_client.experiments.heldout.extend_context`: the model's
-tokens, then the tool result holding the next role's instructions). When another policy played
-the turn in between (per-role policies), the model's conversation restarts from the current
-observation: it sees the debate so far in the instructions, as a rollout's first prompt.
+the tools); the model answers with a tool call, read as the ``openai-tools:`` policy reads a
+served model's reply (:func:`~trainer_client.evaluation.openai_tools.read_tool_reply` of
+:func:`~trainer_client.evaluation.openai_tools.hermes_reply` of the turn's text), so that both play
+the same debates: a valid call of the acting role's tool is the action; a call the role's tool
+does not take submits the text outside the call, or the forfeit placeholder
+(``invalid_tool_call``); a turn without a parsable call submits its text, or the placeholder when
+it is blank. After a turn with a call, the next turn continues the same conversation
+(:func:`~trainer_client.experiments.heldout.extend_context`: the model's tokens, then the tool
+result holding the next role's instructions); after a turn without one (in training, such a turn
+ends the rollout), or when another policy played the turn in between (per-role policies), the
+model's conversation restarts from the current observation: it sees the debate so far in the
+instructions, as a rollout's first prompt.
 
 Requests from concurrent episodes are gathered into batches (up to ``batch_size``, one sampling
 temperature per batch) and generated in a worker thread, so the event loop keeps serving the
@@ -32,7 +38,7 @@ from typing import Any
 from env_server.protocol.markers import Role
 from trainer_client.evaluation.policies import Policy, PolicyOptions, TurnReply, TurnRequest
 
-__all__ = ["HFPolicy", "load_hf_model"]
+__all__ = ["HFPolicy", "TokenConversations", "TokenTurn", "load_hf_model"]
 
 
 def load_hf_model(path: str) -> tuple[Any, Any]:
@@ -73,6 +79,83 @@ class _Conversation:
     role: Role
 
 
+@dataclass(frozen=True)
+class TokenTurn:
+    """A generated turn read in the token layout (:meth:`TokenConversations.record`).
+
+    Attributes:
+        action: the action to submit (the placeholder ``(no response)`` when the turn gives none).
+        forfeit: ``"invalid_tool_call"`` for a call the role's tool does not take and no text, else ``None``.
+        generated: the turn's own text (up to its end-of-turn token).
+        after: the context after the turn: ``context``, the turn's tokens and the end-of-turn token.
+    """
+
+    action: str
+    forfeit: str | None
+    generated: str
+    after: list[int]
+
+
+class TokenConversations:
+    """Per-episode token contexts of the ``hf:`` layout (see the module docstring): which token ids
+    each turn is generated from, and what a generated turn submits.
+
+    Args:
+        tokenizer: the model's tokenizer (the training chat template's special tokens).
+        tools: the environment's tools as TRL passes them (:func:`~trainer_client.rollout.tool_calls.tool_callables`).
+        template: the training chat template (:func:`~trainer_client.experiments.tiny_model.training_chat_template`;
+            ``None``: the tokenizer's own).
+    """
+
+    def __init__(self, tokenizer: Any, tools: list[Any], template: str | None) -> None:
+        self.tokenizer, self.tools, self.template = tokenizer, tools, template
+        self.conversations: dict[str, _Conversation] = {}
+        self.turn_contexts: dict[tuple[str, int], list[int]] = {}  # draw 0's context per (episode, t)
+
+    def context(self, request: TurnRequest) -> list[int]:
+        """The token ids ``request``'s turn is generated from (1-D, ``int`` ids)."""
+        from trainer_client.experiments.heldout import observation_prompt_ids
+
+        observation = request.observation
+        if request.draw > 0 and (request.episode_key, observation.t) in self.turn_contexts:
+            return self.turn_contexts[request.episode_key, observation.t]  # more draws on draw 0's context
+        conversation = self.conversations.get(request.episode_key)
+        if conversation is not None and conversation.next_t == observation.t:
+            return conversation.context + self._suffix(observation, conversation.role)
+        return observation_prompt_ids(self.tokenizer, observation, self.tools)
+
+    def _suffix(self, observation: Any, role: Role) -> list[int]:
+        from trainer_client.experiments.tiny_model import tool_result_suffix
+        from trainer_client.rollout.tools import TOOL_FOR_ROLE, render_instructions
+
+        return tool_result_suffix(self.tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
+                                                   "content": render_instructions(observation)}, self.template)
+
+    def record(self, request: TurnRequest, context: list[int], text: str) -> TokenTurn:
+        """Read the turn ``text`` generated from ``context`` (decoded with special tokens) and, for
+        draw 0, move the episode's conversation past it: continued after a tool call with object
+        arguments, ended otherwise."""
+        from trainer_client.evaluation.openai_tools import hermes_reply, read_tool_reply
+        from trainer_client.experiments.heldout import extend_context, own_text
+
+        turn = own_text(text)
+        reply = read_tool_reply(request.role, hermes_reply(turn))
+        after = extend_context(self.tokenizer, context, text, None, request.role, self.template)
+        if request.draw == 0:
+            if reply.call is not None:
+                self.conversations[request.episode_key] = _Conversation(after, request.observation.t + 1, request.role)
+            else:
+                self.conversations.pop(request.episode_key, None)
+            self.turn_contexts[request.episode_key, request.observation.t] = context
+        return TokenTurn(reply.action, reply.forfeit, turn, after)
+
+    def episode_done(self, episode_key: str) -> None:
+        """Forget an episode's contexts."""
+        self.conversations.pop(episode_key, None)
+        for key in [k for k in self.turn_contexts if k[0] == episode_key]:
+            del self.turn_contexts[key]
+
+
 @dataclass(eq=False)  # identity: membership tests must not compare token lists
 class _Pending:
     context: list[int]
@@ -95,39 +178,15 @@ class HFPolicy(Policy):
 
         self.options = options
         self.model, self.tokenizer = load_hf_model(path)
-        self.tools = tool_callables()
-        self.template = training_chat_template(self.tokenizer)
-        self.conversations: dict[str, _Conversation] = {}
-        self.turn_contexts: dict[tuple[str, int], list[int]] = {}  # draw 0's context per (episode, t)
+        self.layout = TokenConversations(self.tokenizer, tool_callables(), training_chat_template(self.tokenizer))
         self.pending: list[_Pending] = []
         self.worker: asyncio.Task[None] | None = None
         self.batches = 0
         self.lock = asyncio.Lock()  # one model: generation and scoring never overlap
 
-    def _context(self, request: TurnRequest) -> list[int]:
-        from trainer_client.experiments.heldout import observation_prompt_ids
-
-        observation = request.observation
-        if request.draw > 0 and (request.episode_key, observation.t) in self.turn_contexts:
-            return self.turn_contexts[request.episode_key, observation.t]  # more draws on draw 0's context
-        conversation = self.conversations.get(request.episode_key)
-        if conversation is not None and conversation.next_t == observation.t:
-            return conversation.context + self._suffix(observation, conversation.role)
-        return observation_prompt_ids(self.tokenizer, observation, self.tools)
-
-    def _suffix(self, observation: Any, role: Role) -> list[int]:
-        from trainer_client.experiments.tiny_model import tool_result_suffix
-        from trainer_client.rollout.tools import TOOL_FOR_ROLE, render_instructions
-
-        return tool_result_suffix(self.tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
-                                                   "content": render_instructions(observation)}, self.template)
-
     async def act(self, request: TurnRequest) -> TurnReply:
-        from trainer_client.experiments.heldout import extend_context, own_text, role_tool_action
-        from trainer_client.rollout.tools import FORFEIT_ACTION
-
         self.counters["requests"] += 1
-        context = self._context(request)
+        context = self.layout.context(request)
         try:
             text = await self._generate(context, request.temperature)
         except Exception as exc:  # e.g. out of memory: this episode fails (not scored), the run goes on
@@ -136,23 +195,17 @@ class HFPolicy(Policy):
             self.counters["failed"] += 1
             failure = RequestFailure("generation_error", first_lines(f"{type(exc).__name__}: {exc}"))
             return TurnReply(None, [], error=failure.describe(), failure=failure)
-        content = role_tool_action(text, request.role)
-        if content is None:
-            content = own_text(text).strip()[:4096] or FORFEIT_ACTION
-        turn = own_text(text)
-        after = extend_context(self.tokenizer, context, text, None, request.role, self.template)
+        turn = self.layout.record(request, context, text)
+        after = turn.after
         self.counters["prompt_tokens"] += len(context)
         self.counters["completion_tokens"] += len(after) - len(context)
-        if request.draw == 0:
-            self.conversations[request.episode_key] = _Conversation(after, request.observation.t + 1, request.role)
-            self.turn_contexts[request.episode_key, request.observation.t] = context
         accept_prob = None
         if request.want_accept_prob and request.role is Role.VERIFIER:
             accept_prob = await self._accept_prob(context, after[len(context):], request.observation.t)
         prompt = self.tokenizer.decode(context, skip_special_tokens=False)
-        return TurnReply(content, [{"role": "prompt", "content": prompt}], generated=turn,
+        return TurnReply(turn.action, [{"role": "prompt", "content": prompt}], generated=turn.generated,
                          prompt_tokens=len(context), completion_tokens=len(after) - len(context),
-                         accept_prob=accept_prob)
+                         accept_prob=accept_prob, forfeit=turn.forfeit)
 
     async def _accept_prob(self, context: list[int], completion: list[int], t: int) -> float | None:
         from trainer_client.model.verdict_probs import verdict_accept_probs
@@ -201,6 +254,4 @@ class HFPolicy(Policy):
                                                       temperature=temperature, max_new_tokens=self.options.max_new_tokens)]
 
     def episode_done(self, episode_key: str) -> None:
-        self.conversations.pop(episode_key, None)
-        for key in [k for k in self.turn_contexts if k[0] == episode_key]:
-            del self.turn_contexts[key]
+        self.layout.episode_done(episode_key)
