@@ -34,7 +34,9 @@ import torch  # noqa: E402  # after the environment defaults above, which vLLM r
 # final sync) and the trained float32 model. TRL 1.16 builds the colocated LLM with vLLM's "auto"
 # dtype, which downcasts a float32 checkpoint to bfloat16 on CPU: the engine rounds. Measured
 # on 2 cores: 0.089 against the trained model, 1.55 against the step-0 model (which the
-# training moved by 1.56).
+# training moved by 1.56); with the committed tiny model (issue 47), in two runs, 0.060 and 0.059,
+# 1.44 and 1.30, 1.45 and 1.29. The step-0 model's own bfloat16 rounding, in HF and in vLLM: 0.021
+# and 0.018.
 LOGP_TOLERANCE = 0.25
 
 
@@ -120,8 +122,14 @@ def test_colocate_training_generates_through_vllm_and_syncs_weights(server_url, 
     print(f"vLLM ({llm.llm_engine.model_config.dtype}) vs trained mean |dlogp| {gap_trained:.2e} "
           f"(max {(vllm_logps - trained_logps).abs().max().item():.2e}); vs step-0 {gap_step0:.2e}; "
           f"trained vs step-0 {moved:.2e}; rollout gaps {gaps}; {requests} vLLM requests")
-    assert gap_trained < LOGP_TOLERANCE
-    assert gap_step0 > 4 * LOGP_TOLERANCE and gap_step0 > 5 * gap_trained
+    assert gap_trained < LOGP_TOLERANCE  # the engine scores as the trained model does (up to its rounding) ...
+    assert gap_step0 > LOGP_TOLERANCE  # ... and not as the step-0 model does, by the same tolerance
+    # The check tells a synced engine from a stale one only if the training moved the model by more
+    # than the tolerance plus the engine's rounding (a step-0 engine would be at least
+    # moved - rounding from the trained model): derived from this run's figures, not from one
+    # machine's movement (training numerics differ by thread count and CPU).
+    assert moved - gap_trained > LOGP_TOLERANCE, (
+        f"the training moved the model by {moved:.2f} only: too little to tell a synced engine from a stale one")
 
 
 @contextmanager
@@ -186,34 +194,110 @@ def _eval(tmp_path: Path, name: str, policy: str, *extra: str) -> tuple[dict, li
     return results, trajectories, time.monotonic() - started
 
 
+#: A greedy choice whose top-2 log-prob margin under HF is within this many times the measured
+#: vLLM-vs-HF log-prob gap may flip between the two (the ``hf:`` run's batched, left-padded forward
+#: rounds differently again, by the same order as the gap). Measured on 2 cores with the committed
+#: tiny model (issue 47): gap 6.7e-06, smallest margin 2.1e-02 over the 100 turns; no turn near a tie.
+TIE_FACTOR = 10
+
+
+def _served_turns(url: str, chats: list[list[dict]], model) -> list[dict]:
+    """``openai-tools:`` turns' chats re-sent to ``vllm serve`` (greedy, with ``return_token_ids``
+    and ``logprobs``; 8 in flight, as the eval sends them), and the same tokens scored by the HF
+    model: per turn, the prompt as vLLM tokenised it, the gap ``max |log p_vLLM - log p_HF|`` over
+    the generated tokens, and HF's smallest top-2 log-prob margin along them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from trainer_client.rollout.tool_calls import TOOLS_KWARG, tool_schemas
+
+    def send(messages: list[dict]) -> dict:
+        return httpx.post(f"{url}/chat/completions", timeout=120, json={
+            "model": "tiny", "messages": messages, "max_tokens": 256, "temperature": 0.0, "logprobs": True,
+            "tools": tool_schemas(), "tool_choice": "auto", "chat_template_kwargs": {TOOLS_KWARG: tool_schemas()},
+            "return_token_ids": True}).json()
+
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(send, chats))
+    turns = []
+    for data in replies:
+        prompt, generated = data["prompt_token_ids"], data["choices"][0]["token_ids"]
+        served = torch.tensor([entry["logprob"] for entry in data["choices"][0]["logprobs"]["content"]])
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + generated])).logits[0, len(prompt) - 1:-1].float()
+        logps = torch.log_softmax(logits, dim=-1)
+        top2 = logps.topk(2, dim=-1).values
+        chosen = logps.gather(1, torch.tensor(generated)[:, None])[:, 0]
+        turns.append({"prompt": prompt, "gap": (chosen - served).abs().max().item(),
+                      "margin": (top2[:, 0] - top2[:, 1]).min().item()})
+    return turns
+
+
 def test_vllm_serve_drives_eval_in_the_tool_layout_like_hf(vllm_server, tiny_model_dir, tmp_path) -> None:
     """``vllm serve`` of a tiny checkpoint serves ``mathdebate eval --policy openai-tools:URL#tiny``
     end to end: the model answers through the OpenAI tools API (vLLM's hermes parser), and greedy
     decoding plays the same debates as ``hf:`` on the same checkpoint and problems (float32 on
-    both sides, the served template of ``training_chat_template_file``), so the scores agree.
-    Plain ``openai:`` chat (the server's role chat, not the layout the model was trained in) is
-    run beside them for the figures only. The default tiny model answers arithmetic at random
-    (0% here); the equality of the debates is the check."""
+    both sides, the served template of ``training_chat_template_file``): every turn's prompt is
+    the same tokens on both sides, and every debate is the same up to its first turn whose greedy
+    choice is a near-tie (a top-2 margin within ``TIE_FACTOR`` times the vLLM-vs-HF log-prob gap,
+    both measured here on each turn), so the scores agree. Plain ``openai:`` chat (the server's
+    role chat, not the layout the model was trained in) is run beside them for the figures only.
+    The default tiny model answers arithmetic at random (0% here); the equality of the debates is
+    the check."""
+    import time
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     url, start_s = vllm_server
     tools, tools_trajectories, tools_s = _eval(tmp_path, "openai-tools", f"openai-tools:{url}#tiny")
     hf, hf_trajectories, hf_s = _eval(tmp_path, "hf", f"hf:{tiny_model_dir}")
     chat, _, chat_s = _eval(tmp_path, "openai-chat", f"openai:{url}#tiny")
-    print(f"vllm serve start {start_s:.0f} s; first-answer accuracy openai-tools {tools['first_answer_accuracy']:.2f} "
-          f"(accuracy {tools['accuracy']:.2f} vs hf {hf['accuracy']:.2f}) "
-          f"({tools_s:.0f} s), hf {hf['first_answer_accuracy']:.2f} ({hf_s:.0f} s), "
-          f"openai chat {chat['first_answer_accuracy']:.2f} ({chat_s:.0f} s)")
     assert tools["requests_failed"] == 0 and tools["n_problems"] == hf["n_problems"] == 20
     # the solver answered through the tools API (the reply's tool_calls, rebuilt as <tool_call> text)
     solver_turns = [turn for line in tools_trajectories for turn in line["turns"] if turn["role"] == "solver"]
     assert all("<tool_call>" in (turn.get("generated") or "") for turn in solver_turns)
-    # greedy, float32 on both sides, the training layout token for token: the same debates
-    def debates(trajectories):
-        return {line["problem_id"]: [turn["content"] for turn in line["turns"]] for line in trajectories}
-    ours, theirs = debates(tools_trajectories), debates(hf_trajectories)
-    same = sum(ours[k] == theirs.get(k) for k in ours)
-    assert same >= 18, (same, ours, theirs)
-    assert abs(tools["first_answer_accuracy"] - hf["first_answer_accuracy"]) <= 0.1
-    assert abs(tools["accuracy"] - hf["accuracy"]) <= 0.1
+
+    # each turn as vLLM saw it, and how near a tie its greedy choices were under HF
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    theirs = {line["problem_id"]: line["turns"] for line in hf_trajectories}
+    chats = [(line["problem_id"], turn["messages"]) for line in tools_trajectories for turn in line["turns"]]
+    served: dict[str, list[dict]] = {}
+    started = time.monotonic()
+    for (problem_id, _), seen in zip(chats, _served_turns(url, [chat for _, chat in chats], model), strict=True):
+        served.setdefault(problem_id, []).append(seen)
+    gap = max(turn["gap"] for turns in served.values() for turn in turns)
+    margins = [turn["margin"] for turns in served.values() for turn in turns]
+    tolerance = TIE_FACTOR * gap
+    served_s = time.monotonic() - started
+    same, ties = 0, 0
+    for line in tools_trajectories:
+        ours, hf_turns = line["turns"], theirs[line["problem_id"]]
+        for t, (turn, other, seen) in enumerate(zip(ours, hf_turns, served[line["problem_id"]], strict=False)):
+            # greedy, float32 on both sides, the training layout token for token: the same prompt ...
+            assert tokenizer.decode(seen["prompt"], skip_special_tokens=False) == other["messages"][0]["content"], (
+                f"{line['problem_id']} turn {t}: hf: and openai-tools: fed the model different prompts")
+            assert len(seen["prompt"]) == other["prompt_tokens"] == turn["prompt_tokens"], (line["problem_id"], t)
+            if seen["margin"] < tolerance:  # a near-tie: the two may part here, and the comparison stops
+                ties += 1
+                break
+            # ... and the same turn (the same action and forfeit, so the same next prompt)
+            assert (turn["content"], turn["forfeit"]) == (other["content"], other["forfeit"]), (
+                line["problem_id"], t, turn, other)
+        else:
+            assert len(ours) == len(hf_turns), line["problem_id"]
+            same += 1
+    print(f"vllm serve start {start_s:.0f} s; first-answer accuracy openai-tools {tools['first_answer_accuracy']:.2f} "
+          f"(accuracy {tools['accuracy']:.2f} vs hf {hf['accuracy']:.2f}) "
+          f"({tools_s:.0f} s), hf {hf['first_answer_accuracy']:.2f} ({hf_s:.0f} s), "
+          f"openai chat {chat['first_answer_accuracy']:.2f} ({chat_s:.0f} s); {same} of 20 debates the same, "
+          f"{ties} cut at a near-tie; vLLM-vs-HF log-prob gap {gap:.1e}, smallest top-2 margin {min(margins):.1e} "
+          f"({len(chats)} turns re-sent and scored in {served_s:.0f} s)")
+    assert same + ties == 20
+    # a debate cut at a near-tie may score differently; the others score the same
+    assert abs(tools["first_answer_accuracy"] - hf["first_answer_accuracy"]) <= ties / 20
+    assert abs(tools["accuracy"] - hf["accuracy"]) <= ties / 20
 
 
 def test_a_context_too_short_for_the_prompt_fails_every_episode_with_vllms_own_message(tiny_model_dir,
