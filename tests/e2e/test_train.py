@@ -294,9 +294,10 @@ def test_replay_pairs_carry_the_reference_log_probs_of_the_step_0_policy(server_
     initial_chosen, initial_rejected = logps(tiny_model_dir)
     assert [p.ref_chosen_logp for p in later] == pytest.approx(initial_chosen, rel=1e-4, abs=1e-3)
     assert [p.ref_rejected_logp for p in later] == pytest.approx(initial_rejected, rel=1e-4, abs=1e-3)
-    # and the policy did move, so the policy of the moment would have given other numbers
+    # and the policy did move, so the policy of the moment would have given other numbers: outside
+    # the tolerance the reference check above allows (not a fixed movement: training numerics vary)
     final_chosen, _ = logps(out / "final")
-    assert max(abs(a - b) for a, b in zip(final_chosen, initial_chosen, strict=True)) > 1e-2
+    assert any(abs(a - b) > max(1e-4 * abs(b), 1e-3) for a, b in zip(final_chosen, initial_chosen, strict=True))
 
 
 def test_coma_gets_the_policys_verdict_probabilities(server_url, tiny_model_dir, tmp_path, monkeypatch) -> None:
