@@ -40,3 +40,41 @@ def test_power_agrees_with_a_simulation_of_seed_level_intervals() -> None:
     sd, seeds, effect = 0.04, 6, 0.05
     hits = sum(mean_interval(rng.normal(effect, sd, seeds)).low > 0 for _ in range(4000)) / 4000
     assert hits == pytest.approx(paired_power(effect, sd, seeds), abs=0.03)
+
+
+def test_the_power_script_reads_an_ablations_runs_and_sizes_the_next_experiment(tmp_path, capsys) -> None:
+    """``scripts/power_calculation.py`` on an ablation folder of three finished runs (their
+    ``result.json`` as ``save_run`` writes it): the variance split of each metric and the seeds
+    needed, the sampled metric extrapolated to other sample counts."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from trainer_client.experiments.ablate_runs import RunResult, save_run
+
+    rng = np.random.default_rng(1)
+    for seed in range(3):
+        greedy = (rng.random(50) < 0.4 + 0.05 * seed).tolist()
+        sampled = (rng.integers(0, 9, 50) / 8).tolist()
+        heldout = {"accuracy": float(np.mean(greedy)), "k": 8, "debate_k": 0}
+        save_run(tmp_path / "runs" / "baseline" / f"seed{seed}",
+                 RunResult("baseline", seed, 1.0, 1, False, [], {}, 0.0, heldout, greedy,
+                           per_problem={"accuracy": [float(x) for x in greedy], "sampled_accuracy": sampled}),
+                 "h", {})
+    spec = importlib.util.spec_from_file_location("power_calculation",
+                                                  Path(__file__).resolve().parents[3] / "scripts" / "power_calculation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(tmp_path), "--arm", "baseline", "--json", str(tmp_path / "power.json")]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result == json.loads((tmp_path / "power.json").read_text())
+    greedy = result["metrics"]["accuracy"]
+    assert greedy["seeds"] == 3 and greedy["problems"] == 50 and set(result["metrics"]) == {"accuracy",
+                                                                                           "sampled_accuracy"}
+    x = np.array([json.loads((tmp_path / "runs" / "baseline" / f"seed{s}" / "result.json").read_text())["result"]
+                  ["correct"] for s in range(3)], dtype=float)
+    assert greedy["within"] == pytest.approx(x.var(axis=0, ddof=1).mean())
+    needed = greedy["required"]
+    assert needed["measured, N=1000"] <= needed["measured, N=500"] <= needed["measured, N=200"]
+    sampled = result["metrics"]["sampled_accuracy"]["required"]
+    assert sampled["k=16, N=200"] <= sampled["k=8, N=200"] <= sampled["k=1, N=200"]
