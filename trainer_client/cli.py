@@ -135,35 +135,31 @@ def cmd_tiny_model(args: argparse.Namespace) -> int:
     return tiny_model_main(args.dir)
 
 
-#: The demo's training problems: the family the ``tiny-learning`` model was warmed up on.
-DEMO_TRAIN_PROBLEMS = "gen:single_digit_sum"
+#: The demo's model and problems: the honest protocol's (``tiny-sums``, whose held-out problems are
+#: unseen by content: ``two_digit_sum`` is split by content between warm-up, RL, validation and held-out).
+DEMO_MODEL = "tiny-sums"
+DEMO_TRAIN_PROBLEMS = "gen:two_digit_sum"
+#: Samples per problem of the demo's sampled held-out accuracy (avg@k at the run's temperature).
+DEMO_SAMPLES = 8
 
 
 def demo_config(output_dir: str, env_url: str, max_steps: int):
-    """The CPU demo's training: the ``tiny-learning`` model (``tiny_model.learning_spec``, a
-    policy right about half the time on single-digit sums) on :data:`DEMO_TRAIN_PROBLEMS`, all
-    three loss channels (preset ``full``) with two ground-truth oracle teachers for trace
-    replay, and the tiny ablation's settings (lr 3e-4; 4 problems x 8 rollouts per step). Measured
-    with the demo's 80 steps on 2 quiet cores: solver reward 0.21 -> 0.38 (first vs last 10
-    steps), held-out accuracy 55% -> 64% on 200 problems, 2 min 16 s for the whole demo."""
+    """The CPU demo's training: the protocol's recipe (:func:`trainer_client.experiments.recipe.tiny_run_settings`
+    of ``tiny-sums``: its committed start, credit, learning rate and temperature; GRPO only, no
+    teachers) on :data:`DEMO_TRAIN_PROBLEMS`, for ``max_steps`` steps (the protocol runs more:
+    ``docs/learning.md``)."""
     from trainer_client.config import load_config
+    from trainer_client.experiments.recipe import tiny_run_settings
 
-    return load_config(None, "full", {
-        "model": "tiny-learning",
+    return load_config(None, "baseline", {
+        **tiny_run_settings(DEMO_MODEL),
+        "model": DEMO_MODEL,
         "env_url": env_url,
         "problems": DEMO_TRAIN_PROBLEMS,
         "output_dir": output_dir,
         "max_steps": max_steps,
-        "per_device_train_batch_size": 32,
-        "num_generations": 8,
-        "max_completion_length": 256,
-        "learning_rate": 3e-4,
         "max_rounds": 1,
         "logging_steps": 1,
-        "dataset_size": 4096,
-        "replay.teachers": [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}],
-        "replay.budget_per_step": 8,
-        "replay.pairs_per_step": 2,
     })
 
 
@@ -183,7 +179,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.train_steps <= 0:
         return 0
     with server_cli.running_server(["--grading-workers", "1", "--problems", DEMO_TRAIN_PROBLEMS]) as url:
-        print(f"training {args.train_steps} steps on {_training_device()} (tiny-learning model, preset full, problems "
+        print(f"training {args.train_steps} steps on {_training_device()} ({DEMO_MODEL} model, GRPO, problems "
               f"{DEMO_TRAIN_PROBLEMS}) into {args.output_dir}", flush=True)
         from trainer_client.experiments.train import run_training
 
@@ -205,8 +201,9 @@ def _training_device() -> str:
 
 
 def _print_heldout(config, output_dir: Path, n: int) -> None:
-    """Held-out first-answer accuracy of the starting and the trained policy on ``n`` problems
-    (seeds >= 10^9, greedy), through the one evaluation path (:mod:`trainer_client.experiments.heldout`)."""
+    """First-answer accuracy of the starting and the trained policy on ``n`` held-out problems
+    (seeds >= 10^9, unseen by content), greedy and sampled (avg@:data:`DEMO_SAMPLES` at the run's
+    temperature), through the one evaluation path (:mod:`trainer_client.experiments.heldout`)."""
     if n <= 0:
         return
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -223,10 +220,13 @@ def _print_heldout(config, output_dir: Path, n: int) -> None:
     for name, path in (("before", start), ("after", output_dir / "final")):
         with weight_bars_off():
             model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-        reports[name] = evaluate_first_answers(model, tokenizer, source, seeds, max_rounds=config.max_rounds or 1)
+        reports[name] = evaluate_first_answers(model, tokenizer, source, seeds, k=DEMO_SAMPLES,
+                                               temperature=config.temperature, max_rounds=config.max_rounds or 1)
     b, a = reports["before"], reports["after"]
-    print(f"held-out first-answer accuracy on {n} problems (greedy): before {100 * b.accuracy:.1f}% -> after "
-          f"{100 * a.accuracy:.1f}%; valid submit_solution calls {100 * b.valid_rate:.0f}% -> {100 * a.valid_rate:.0f}%")
+    print(f"held-out first-answer accuracy on {n} problems unseen in training: greedy {100 * b.accuracy:.1f}% -> "
+          f"{100 * a.accuracy:.1f}%; sampled (avg@{DEMO_SAMPLES}, temperature {config.temperature}) "
+          f"{100 * (b.sample_accuracy or 0):.1f}% -> {100 * (a.sample_accuracy or 0):.1f}%; valid submit_solution "
+          f"calls {100 * b.valid_rate:.0f}% -> {100 * a.valid_rate:.0f}%")
 
 
 def _print_training_summary(output_dir: Path) -> None:

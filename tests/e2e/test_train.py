@@ -16,7 +16,6 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer_client.cli import demo_config
 from trainer_client.experiments.reporting import LOSS_KEYS, read_metrics
 from trainer_client.experiments.train import run_training
 from trainer_client.losses.pair_store import PairStore
@@ -55,13 +54,27 @@ def test_plain_grpo_trainer_trains_through_environment_factory(server_url, tiny_
     assert [tool.__name__ for tool in tool_callables()] == trl_order
 
 
+def channels_config(out: Path, server_url: str, steps: int):
+    """Every loss channel on (preset ``full``) with two ground-truth oracle teachers for trace
+    replay, the tiny ablation's batch layout: the set-up the channel tests start from."""
+    from trainer_client.config import load_config
+
+    return load_config(None, "full", {
+        "model": "tiny", "env_url": server_url, "output_dir": str(out), "max_steps": steps,
+        "per_device_train_batch_size": 32, "num_generations": 8, "max_completion_length": 256,
+        "learning_rate": 3e-4, "max_rounds": 1, "logging_steps": 1, "dataset_size": 4096,
+        "replay.teachers": [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}],
+        "replay.budget_per_step": 8, "replay.pairs_per_step": 2,
+    })
+
+
 def train(server_url: str, tiny_model_dir: str, out: Path, preset: str, steps: int = 2, **overrides):
-    """``steps`` of the demo's training set-up (all channels, two oracle teachers) on the default
-    tiny model against ``server_url`` (the built-in generator), at a small batch (4 rollouts,
-    groups of 4) with reward mixing, then ``preset``'s channels and ``overrides``."""
+    """``steps`` of :func:`channels_config` on the default tiny model against ``server_url`` (the
+    built-in generator), at a small batch (4 rollouts, groups of 4) with reward mixing, then
+    ``preset``'s channels and ``overrides``."""
     from trainer_client.credit.shaping import RewardShapingConfig
 
-    config = demo_config(str(out), server_url, steps)
+    config = channels_config(out, server_url, steps)
     updates: dict = {"model": tiny_model_dir, "problems": None, "per_device_train_batch_size": 4, "num_generations": 4,
                      "max_completion_length": 384, "learning_rate": 5e-4,
                      "reward_shaping": RewardShapingConfig(strategy="reward_mixing", params={"alpha": 0.5})}

@@ -31,6 +31,7 @@ __all__ = [
     "BUILD_FILES",
     "LEARNING_WARMUP_SEED_BASE",
     "PINNED_DIR",
+    "TEACHER_OVERRIDES",
     "TinyModelSpec",
     "build_tiny_model",
     "default_spec",
@@ -39,6 +40,7 @@ __all__ = [
     "pinned_build",
     "rollout_tokens",
     "sums_spec",
+    "sums_spec_v1",
     "supervised_steps",
     "synthetic_debates",
     "teacher_spec",
@@ -96,24 +98,50 @@ def learning_spec(seed: int = 0) -> TinyModelSpec:
 
 
 def sums_spec(seed: int = 0) -> TinyModelSpec:
-    """The tiny model of the honest learning protocol (``model: tiny-sums``): the default size and
-    phrase-token tokenizer of :func:`learning_spec`, warmed up on debates of ``two_digit_sum``
-    (8,100 problems split by content: warm-up, RL, validation and held-out problems never share a
-    problem; :mod:`env_server.debate.problems.splits`), drawn from the warm-up split only.
+    """The tiny model of the honest learning protocol (``model: tiny-sums``, recipe version 2): the
+    default size and phrase-token tokenizer of :func:`learning_spec`, warmed up on episodes of
+    ``two_digit_sum`` (8,100 problems split by content: warm-up, RL, validation and held-out
+    problems never share a problem; :mod:`env_server.debate.problems.splits`), drawn from the
+    warm-up split only. Its committed build is the protocol's starting policy
+    (:data:`PINNED_DIR`).
 
-    The warm-up teaches the format, arithmetic and hint reading (as an instruction-following LLM
-    reads a hint): the unhinted solver is right with probability ``answer_accuracy`` (its worked
-    solution; a wrong answer is a carry or last-digit slip, ``"near"``), the unhinted verifier's
-    verdict is a coin flip, and ``hint_fraction`` of all turns are hint-following examples: the
-    server's hint template for the error the turn would otherwise make, then the right turn
-    (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`). Shown that hint, this
-    model answers worse, not better (it behaves as if it copied the problem's digits by their
-    distance from the turn, which a hint changes); the warm-up variants with localised and restated hints
-    (``hint_style``, ``restate_hints``) and what they do are in
-    docs/ablation/tiny-sums-validation/README.md.
+    What the warm-up puts in (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`):
 
-    Stop rule (fixed before any RL run, from the warm-up curve on validation problems only):
-    ``sft_steps`` optimizer steps of a linear decay planned over ``sft_schedule_steps``."""
+    - the solver works every sum column by column and, on a problem whose ones column carries,
+      keeps the carry with probability ``answer_accuracy`` (0.3): its greedy answer forgets the
+      carry, its samples keep it now and then (the skill RL can find: pass@k above greedy);
+    - a verifier with skill: it works the sum itself in words of its own and keeps the carry with
+      probability ``verifier_accuracy`` (0.7), then says CORRECT exactly when its sum is the
+      solution's answer;
+    - a judge that concludes from the debate: the solution's answer on CORRECT, the verifier's
+      sum on INCORRECT;
+    - the single-agent prompt (``single_episodes``, RFC 0006), so single and debate training
+      share the start;
+    - hint-following examples on ``hint_fraction`` of the solver turns that would slip: the
+      server's localised hint for the slipped answer ("its tens digit is wrong"), then the turn's
+      instructions restated (as ``sdpo.restate`` lays out hint distillation's teacher), then the
+      right working.
+
+    Stop rule (fixed from the warm-up curve on validation problems only, before any RL run): a
+    linear decay over ``sft_steps`` that ends where the curve has flattened
+    (``docs/ablation/start/``). Version 1 (:func:`sums_spec_v1`) stopped mid-rise, so the same
+    recipe built to 7.5% with 1 torch thread, 21.5% with 2 and 44% on another CPU."""
+    from env_server.debate.problems.splits import WARMUP_SEED_BASE
+
+    return TinyModelSpec(default_spec(seed), single_episodes=600, version=2, family="two_digit_sum",
+                         answer_accuracy=0.3, wrong_answers="carry", worked=True, verifier="worked",
+                         verifier_accuracy=0.7, judge="verdict", hint_fraction=0.15, hint_roles=["solver"],
+                         hint_style="localised", restate_hints=True, warmup_seed_base=WARMUP_SEED_BASE, debates=3000,
+                         phrase_tokens=True, vocab_size=2048, sft_steps=12000, sft_schedule_steps=12000)
+
+
+def sums_spec_v1(seed: int = 0) -> TinyModelSpec:
+    """Version 1 of ``tiny-sums`` (the start of the published factorial, docs/ablation/factorial;
+    build hash 966aa285f8b3ae83 for seed 0), kept to rebuild and to compare: the unhinted solver
+    right with probability 0.7 (a wrong answer a carry or last-digit slip of the right one, in a
+    one-word lead-in, not worked), the verifier a coin flip, the judge copying the last answer,
+    hint templates on 25% of the turns, 1,000 steps. Its stop rule fell on the steep part of the
+    warm-up curve: rebuilt on another machine or thread count it lands anywhere from 7.5% to 44%."""
     from env_server.debate.problems.splits import WARMUP_SEED_BASE
 
     return TinyModelSpec(default_spec(seed), single_episodes=0, version=1, family="two_digit_sum",
@@ -473,20 +501,27 @@ def tiny_model_spec(name: str) -> TinyModelSpec:
     return teacher_spec(key, int(seed)) if seed else globals()[TINY_MODELS[key]]()
 
 
-#: How much longer a default teacher's warm-up runs than its policy's (same recipe otherwise).
+#: How much longer a default teacher's warm-up runs than its policy's, for recipes whose stop rule
+#: falls mid-rise (``tiny-learning``); a recipe that stops on a plateau keeps its length.
 TEACHER_WARMUP_FACTOR = 1.5
+#: What a tiny model's default teachers change in their policy's recipe besides the seed:
+#: ``tiny-sums``'s teachers keep the carry 80% of the time where the policy's solver keeps it 30%
+#: (a teacher worth learning from is better than the policy at what the policy gets wrong), at
+#: the policy's length (its recipe stops on a plateau).
+TEACHER_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-sums": {"answer_accuracy": 0.8}}
 
 
 def teacher_spec(key: str, seed: int) -> TinyModelSpec:
     """The spec of the tiny model ``<key>@<seed>``, a default trace-replay teacher
-    (:func:`trainer_client.config.tiny_model_teachers`): the recipe of ``key`` with another seed
-    and a warm-up :data:`TEACHER_WARMUP_FACTOR` times as long (steps and schedule). The same
-    recipe at the same length lands, with other seeds, far below the policy on ``tiny-sums``
-    (5%, 1% and 12% greedy on 200 validation problems against the policy's 44%: its stop rule
-    falls in a steep part of the warm-up curve), so its pairs taught mostly wrong answers."""
+    (:func:`trainer_client.config.tiny_model_teachers`): the recipe of ``key`` with another seed,
+    then :data:`TEACHER_OVERRIDES` of ``key`` where it has some, else a warm-up
+    :data:`TEACHER_WARMUP_FACTOR` times as long (steps and schedule; ``tiny-sums`` version 1's
+    teachers at the policy's length landed at 5%, 1% and 12% greedy against the policy's 44%)."""
     from trainer_client.config import TINY_MODELS
 
     spec = globals()[TINY_MODELS[key]](seed)
+    if key in TEACHER_OVERRIDES:
+        return TinyModelSpec(spec, **TEACHER_OVERRIDES[key])
     steps = int(spec["sft_steps"] * TEACHER_WARMUP_FACTOR)
     return TinyModelSpec(spec, sft_steps=steps,
                          sft_schedule_steps=int(spec.get("sft_schedule_steps", spec["sft_steps"]) * TEACHER_WARMUP_FACTOR))

@@ -152,13 +152,13 @@ def test_a_hint_following_warm_up_makes_the_hinted_policy_better_at_error_sites(
 
     from env_server.debate.problems import load_problem_source
     from trainer_client.experiments.hint_probe import probe_hints
-    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, sums_spec
+    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, sums_spec_v1
 
     source = load_problem_source("gen:two_digit_sum")
     seeds = [VALIDATION_SEED_BASE + i for i in range(100)]
     probes = {}
     for fraction in (0.5, 0.0):
-        spec = TinyModelSpec(sums_spec(0), hint_style="reference", restate_hints=True, hint_fraction=fraction,
+        spec = TinyModelSpec(sums_spec_v1(0), hint_style="reference", restate_hints=True, hint_fraction=fraction,
                              version=2, sft_steps=400, sft_schedule_steps=400)
         target = build_tiny_model(tmp_path / f"hints-{fraction}", spec)
         model, tokenizer = AutoModelForCausalLM.from_pretrained(target), AutoTokenizer.from_pretrained(target)

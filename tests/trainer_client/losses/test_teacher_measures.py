@@ -113,11 +113,19 @@ def test_tiny_models_default_teachers_are_never_oracles(model) -> None:
         {"name": t["name"], "kind": t["kind"]} for t in tiny_model_teachers(model)]
 
 
-def test_a_default_teacher_is_its_policys_recipe_with_another_seed_and_a_longer_warm_up() -> None:
-    from trainer_client.experiments.tiny_model import TEACHER_WARMUP_FACTOR, sums_spec, teacher_spec
+def test_a_default_teacher_is_its_policys_recipe_with_another_seed_and_its_overrides() -> None:
+    from trainer_client.experiments.tiny_model import (
+        TEACHER_WARMUP_FACTOR,
+        learning_spec,
+        sums_spec,
+        teacher_spec,
+    )
 
     policy, teacher = sums_spec(), teacher_spec("tiny-sums", 2)
-    assert teacher["seed"] == 2 and teacher["sft_steps"] == int(policy["sft_steps"] * TEACHER_WARMUP_FACTOR)
+    assert teacher["seed"] == 2 and teacher["sft_steps"] == policy["sft_steps"]  # a plateau recipe keeps its length
     different = {k for k in policy if policy[k] != teacher[k]}
-    assert different == {"seed", "sft_steps", "sft_schedule_steps"}  # the same data recipe: warm-up split only
+    assert different == {"seed", "answer_accuracy"}  # the same data recipe: warm-up split only
+    assert teacher["answer_accuracy"] > policy["answer_accuracy"]  # it keeps the carry more often
     assert teacher["family"] == "two_digit_sum" and teacher["warmup_seed_base"] == policy["warmup_seed_base"]
+    learning, its_teacher = learning_spec(), teacher_spec("tiny-learning", 1)
+    assert its_teacher["sft_steps"] == int(learning["sft_steps"] * TEACHER_WARMUP_FACTOR)
