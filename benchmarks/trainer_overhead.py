@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -309,6 +310,7 @@ def run_arm(arm: str, spec: dict[str, Any], out: Path) -> dict[str, Any]:
 
     from trainer_client.config import TrainConfig
 
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run: no pair store or checkpoint of an earlier one
     config, forced = train_config(arm, spec, out)
     if "generation_kwargs" not in TrainConfig.model_fields:
         _force_generation_kwargs(forced)

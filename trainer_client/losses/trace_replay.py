@@ -403,6 +403,5 @@ def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id:
         return logps[:, 0], logps[:, 1]
     # one ``context + response`` row per side (under activation checkpointing, which drops caches)
     batch = pack_responses([c for c in contexts for _ in (0, 1)], [r for group in responses for r in group], pad, device)
-    token_logps = head_logps(model, response_hidden(model, batch), batch.labels)  # never (2N, L, V) logits
-    flat = (token_logps * batch.mask.to(token_logps.dtype)).sum(-1)
+    flat = head_logps(model, response_hidden(model, batch), batch.labels, batch.mask).sum(-1)  # never (2N, L, V) logits
     return flat[0::2], flat[1::2]

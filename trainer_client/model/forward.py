@@ -127,7 +127,8 @@ def _head_transform(model: torch.nn.Module) -> tuple[float, float | None]:
     return (1.0 if scale is None else float(scale)), getattr(config, "final_logit_softcapping", None)
 
 
-def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
+               mask: torch.Tensor | None = None) -> torch.Tensor:
     """``log p(labels)`` from final hidden states through ``model``'s LM head, without building
     the ``(N, L, V)`` logits: TRL's ``ChunkedLogProbFunction`` (``trl.kernels``, what trl 1.16's
     GRPO loss uses; Triton on CUDA, torch tiles elsewhere) over vocabulary slices of at most
@@ -139,6 +140,8 @@ def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tenso
         hidden: ``(N, L, H)`` final hidden states (after the body's last norm); position ``j``
             predicts ``labels[:, j]``.
         labels: ``(N, L)`` long token ids (any id at positions the caller masks out).
+        mask: ``(N, L)`` bool: score only these positions (0 elsewhere), so padding (a short
+            chosen turn beside a long rejected one) costs no vocabulary-wide product.
 
     Returns:
         ``(N, L)`` float32 log-probabilities (gradients flow to ``hidden`` and the head).
@@ -154,12 +157,14 @@ def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tenso
     if not isinstance(head, torch.nn.Module) or not isinstance(head.weight, torch.Tensor):
         raise TypeError(f"{type(model).__name__} has no output embedding (LM head) to score tokens with")
     scale, softcap = _head_transform(model)
-    flat = hidden.reshape(-1, hidden.shape[-1])
+    flat, targets = (hidden[mask], labels[mask]) if mask is not None else (hidden.reshape(-1, hidden.shape[-1]),
+                                                                           labels.reshape(-1))
     weight, bias = head.weight, getattr(head, "bias", None)
     width = max(1, min(weight.shape[0], BLOCK_ELEMENTS // max(1, min(flat.shape[0], TOKEN_CHUNK_SIZE))))
-    logps = ChunkedLogProbFunction.apply(flat, weight, bias, labels.reshape(-1), 1.0, width, softcap, scale,
-                                         ("log_probs",))[0]
-    return logps.view(labels.shape)
+    logps = ChunkedLogProbFunction.apply(flat, weight, bias, targets, 1.0, width, softcap, scale, ("log_probs",))[0]
+    if mask is None:
+        return logps.view(labels.shape)
+    return logps.new_zeros(labels.shape).masked_scatter(mask, logps)  # keeps the graph, even with no position
 
 
 def checkpointing_active(model: torch.nn.Module) -> bool:
@@ -237,9 +242,9 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
         attention_mask = torch.cat([context_mask.repeat_interleave(k, dim=0), input_mask], dim=1)
         rest = body(input_ids=inputs, attention_mask=attention_mask, position_ids=positions, use_cache=True,
                     **{cache_argument(body): cache})
-        # the responses' logits a vocabulary slice at a time (head_logps), never (N·K, L, V)
-        rest_logps = head_logps(model, rest.last_hidden_state, labels[:, 1:])
-        logps = logps + (rest_logps * mask[:, 1:].to(rest_logps.dtype)).sum(-1)
+        # the responses' logits a vocabulary slice at a time (head_logps), never (N·K, L, V); only
+        # at response tokens (a short chosen turn is padded to the rejected one's length)
+        logps = logps + head_logps(model, rest.last_hidden_state, labels[:, 1:], mask[:, 1:]).sum(-1)
     return logps.view(n, k)
 
 
