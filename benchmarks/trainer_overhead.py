@@ -194,7 +194,7 @@ def _time_generation() -> None:
                 torch.cuda.synchronize()
             _GENERATION_S.append(time.perf_counter() - start)
 
-    GRPOTrainer._generate = timed  # type: ignore[method-assign]
+    GRPOTrainer._generate = timed  # type: ignore[method-assign]  # the benchmark's clock around trl 1.16's _generate
 
 
 def _step_clock():
@@ -262,7 +262,7 @@ def _force_generation_kwargs(forced: dict[str, Any]) -> None:
         self.generation_kwargs = {**(self.generation_kwargs or {}), **forced}
         original(self)
 
-    GRPOConfig.__post_init__ = post_init  # type: ignore[method-assign]
+    GRPOConfig.__post_init__ = post_init  # type: ignore[method-assign]  # records every arm's GRPOConfig to compare
 
 
 def plain_trl(config: Any, clock: Any) -> None:

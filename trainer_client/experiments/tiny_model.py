@@ -24,6 +24,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer_client.experiments.tiny_recipes import (
+    LEARNING_WARMUP_SEED_BASE,
+    TEACHER_OVERRIDES,
+    TinyModelSpec,
+    default_spec,
+    is_tiny_model_name,
+    learning_spec,
+    sums_spec,
+    sums_spec_v1,
+    teacher_spec,
+    tiny_model_spec,
+)
 from trainer_client.experiments.warmup_debates import HINT_MESSAGE, synthetic_debates
 from trainer_client.rollout.tool_calls import tool_callables
 
@@ -52,102 +64,6 @@ __all__ = [
 ]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
-
-
-class TinyModelSpec(dict):
-    """Build parameters (a plain dict, recorded in ``tiny_model.json`` to detect a stale cache)."""
-
-
-def default_spec(seed: int = 0) -> TinyModelSpec:
-    """The default tiny model (``model: tiny``; the tests' model): a 2-layer Qwen2 warmed up on
-    ``debates`` one-round synthetic debates of the default problem rotation (random answers and
-    verdicts: the point is the tool-call format) plus ``single_episodes`` single-mode episodes
-    (RFC 0006: the solver's one ``submit_solution`` call, then the tool's "debate is over"), so
-    that a ``mode: single`` run starts from a model that has seen that prompt. Version 8 added
-    the single-mode episodes (40 of the 200 warm-up conversations)."""
-    return TinyModelSpec(seed=seed, vocab_size=1024, hidden_size=128, layers=2, heads=4, kv_heads=2,
-                         intermediate_size=256, max_positions=8192, debates=160, sft_steps=300, batch_size=6,
-                         learning_rate=4e-3, single_episodes=40, version=8)
-
-
-#: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
-#: ``LEARNING_WARMUP_SEED_BASE + spec_seed * 10**6 + i``, disjoint from RL training seeds (a
-#: training run uses ``config.seed + i`` for ``i < dataset_size``, far below 10**8) and from
-#: held-out seeds (``>= trainer_client.experiments.heldout.HELDOUT_SEED_BASE`` = 10**9).
-LEARNING_WARMUP_SEED_BASE = 10**8  # = env_server.debate.problems.splits.WARMUP_SEED_BASE
-
-
-def learning_spec(seed: int = 0) -> TinyModelSpec:
-    """The tiny model for the learning experiment (``mathdebate ablate --model tiny``): the
-    default size, warmed up on gold debates of the easy ``single_digit_sum`` family (worked
-    solutions ``$a + b = s$. So the answer is $\\boxed{s}$.``), with a phrase-token tokenizer
-    (``phrase_tokens``: the ~540-token solver prompt becomes ~70 tokens; with the word-level
-    tokenizer the model never learned to read the problem: greedy accuracy stayed at chance).
-
-    Stop rule, fixed before any RL run: 300 optimizer steps of a linear decay planned over 600
-    (``sft_schedule_steps``), i.e. stopped halfway. With the rollout layout fixed (spec version 7,
-    TRL's training chat template) step 300 gives 51-55% greedy held-out accuracy (300 validation
-    and 200 held-out problems), sampled accuracy 38% and pass@8 82% at temperature 1. (Before the
-    fix, the same recipe's curve was 13/25-32/50/81% at steps 200/300/400/600.)"""
-    # No single-mode episodes, and the version the protocol run used: the published experiment's
-    # warm-up (data, order, tokenizer, hash) stays exactly as it was (docs/ablation).
-    return TinyModelSpec(default_spec(seed), single_episodes=0, version=7, family="single_digit_sum",
-                         answer_accuracy=1.0, wrong_answers=[0, 18], worked=True,
-                         warmup_seed_base=LEARNING_WARMUP_SEED_BASE, debates=400, phrase_tokens=True, vocab_size=2048,
-                         sft_steps=300, sft_schedule_steps=600)
-
-
-def sums_spec(seed: int = 0) -> TinyModelSpec:
-    """The tiny model of the honest learning protocol (``model: tiny-sums``, recipe version 2): the
-    default size and phrase-token tokenizer of :func:`learning_spec`, warmed up on episodes of
-    ``two_digit_sum`` (8,100 problems split by content: warm-up, RL, validation and held-out
-    problems never share a problem; :mod:`env_server.debate.problems.splits`), drawn from the
-    warm-up split only. Its committed build is the protocol's starting policy
-    (:data:`PINNED_DIR`).
-
-    What the warm-up puts in (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`):
-
-    - the solver works every sum column by column and, on a problem whose ones column carries,
-      keeps the carry with probability ``answer_accuracy`` (0.3): its greedy answer forgets the
-      carry, its samples keep it now and then (the skill RL can find: pass@k above greedy);
-    - a verifier with skill: it works the sum itself in words of its own and keeps the carry with
-      probability ``verifier_accuracy`` (0.7), then says CORRECT exactly when its sum is the
-      solution's answer;
-    - a judge that concludes from the debate: the solution's answer on CORRECT, the verifier's
-      sum on INCORRECT;
-    - the single-agent prompt (``single_episodes``, RFC 0006), so single and debate training
-      share the start;
-    - hint-following examples on ``hint_fraction`` of the solver turns that would slip: the
-      server's localised hint for the slipped answer ("its tens digit is wrong"), then the turn's
-      instructions restated (as ``sdpo.restate`` lays out hint distillation's teacher), then the
-      right working.
-
-    Stop rule (fixed from the warm-up curve on validation problems only, before any RL run): a
-    linear decay over ``sft_steps`` that ends where the curve has flattened
-    (``docs/ablation/start/``). Version 1 (:func:`sums_spec_v1`) stopped mid-rise, so the same
-    recipe built to 7.5% with 1 torch thread, 21.5% with 2 and 44% on another CPU."""
-    from env_server.debate.problems.splits import WARMUP_SEED_BASE
-
-    return TinyModelSpec(default_spec(seed), single_episodes=600, version=2, family="two_digit_sum",
-                         answer_accuracy=0.3, wrong_answers="carry", worked=True, verifier="worked",
-                         verifier_accuracy=0.7, judge="verdict", hint_fraction=0.15, hint_roles=["solver"],
-                         hint_style="localised", restate_hints=True, warmup_seed_base=WARMUP_SEED_BASE, debates=3000,
-                         phrase_tokens=True, vocab_size=2048, sft_steps=12000, sft_schedule_steps=12000)
-
-
-def sums_spec_v1(seed: int = 0) -> TinyModelSpec:
-    """Version 1 of ``tiny-sums`` (the start of the published factorial, docs/ablation/factorial;
-    build hash 966aa285f8b3ae83 for seed 0), kept to rebuild and to compare: the unhinted solver
-    right with probability 0.7 (a wrong answer a carry or last-digit slip of the right one, in a
-    one-word lead-in, not worked), the verifier a coin flip, the judge copying the last answer,
-    hint templates on 25% of the turns, 1,000 steps. Its stop rule fell on the steep part of the
-    warm-up curve: rebuilt on another machine or thread count it lands anywhere from 7.5% to 44%."""
-    from env_server.debate.problems.splits import WARMUP_SEED_BASE
-
-    return TinyModelSpec(default_spec(seed), single_episodes=0, version=1, family="two_digit_sum",
-                         answer_accuracy=0.7, wrong_answers="near", worked=True, hint_fraction=0.25,
-                         warmup_seed_base=WARMUP_SEED_BASE, debates=1600, phrase_tokens=True, vocab_size=2048,
-                         sft_steps=1000, sft_schedule_steps=1000)
 
 
 def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phrase_tokens: bool = False):
@@ -486,50 +402,3 @@ def tiny_model_path(name: str, parent: Path) -> Path:
 
     spec = tiny_model_spec(name)
     return pinned_build(spec) or build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
-
-
-def tiny_model_spec(name: str) -> TinyModelSpec:
-    """The spec of the tiny model ``name`` (a key of ``TINY_MODELS`` or ``<key>@<seed>``).
-
-    Raises:
-        KeyError: an unknown name.
-        ValueError: a seed that is not an integer.
-    """
-    from trainer_client.config import TINY_MODELS
-
-    key, _, seed = name.partition("@")
-    return teacher_spec(key, int(seed)) if seed else globals()[TINY_MODELS[key]]()
-
-
-#: How much longer a default teacher's warm-up runs than its policy's, for recipes whose stop rule
-#: falls mid-rise (``tiny-learning``); a recipe that stops on a plateau keeps its length.
-TEACHER_WARMUP_FACTOR = 1.5
-#: What a tiny model's default teachers change in their policy's recipe besides the seed:
-#: ``tiny-sums``'s teachers keep the carry 80% of the time where the policy's solver keeps it 30%
-#: (a teacher worth learning from is better than the policy at what the policy gets wrong), at
-#: the policy's length (its recipe stops on a plateau).
-TEACHER_OVERRIDES: dict[str, dict[str, Any]] = {"tiny-sums": {"answer_accuracy": 0.8}}
-
-
-def teacher_spec(key: str, seed: int) -> TinyModelSpec:
-    """The spec of the tiny model ``<key>@<seed>``, a default trace-replay teacher
-    (:func:`trainer_client.config.tiny_model_teachers`): the recipe of ``key`` with another seed,
-    then :data:`TEACHER_OVERRIDES` of ``key`` where it has some, else a warm-up
-    :data:`TEACHER_WARMUP_FACTOR` times as long (steps and schedule; ``tiny-sums`` version 1's
-    teachers at the policy's length landed at 5%, 1% and 12% greedy against the policy's 44%)."""
-    from trainer_client.config import TINY_MODELS
-
-    spec = globals()[TINY_MODELS[key]](seed)
-    if key in TEACHER_OVERRIDES:
-        return TinyModelSpec(spec, **TEACHER_OVERRIDES[key])
-    steps = int(spec["sft_steps"] * TEACHER_WARMUP_FACTOR)
-    return TinyModelSpec(spec, sft_steps=steps,
-                         sft_schedule_steps=int(spec.get("sft_schedule_steps", spec["sft_steps"]) * TEACHER_WARMUP_FACTOR))
-
-
-def is_tiny_model_name(name: str | None) -> bool:
-    """Whether ``name`` names an offline tiny model (a ``TINY_MODELS`` key, or ``<key>@<seed>``)."""
-    from trainer_client.config import TINY_MODELS
-
-    key, _, seed = (name or "").partition("@")
-    return key in TINY_MODELS and (not seed or seed.isdigit())

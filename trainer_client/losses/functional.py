@@ -124,7 +124,7 @@ class _ChunkedJSD(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, student: torch.Tensor, weight: torch.Tensor, teacher: torch.Tensor, beta: float,  # type: ignore[override]
+    def forward(ctx, student: torch.Tensor, weight: torch.Tensor, teacher: torch.Tensor, beta: float,  # type: ignore[override]  # autograd.Function's forward is untyped (*args)
                 temperature: float, token_clip: float | None) -> torch.Tensor:
         rows, vocab = student.shape[0], weight.shape[0]
         want_student, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -152,7 +152,7 @@ class _ChunkedJSD(torch.autograd.Function):
         return total
 
     @staticmethod
-    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]  # autograd.Function's backward is untyped
         grad_student, grad_weight = ctx.saved_tensors
         return (None if grad_student is None else grad_student * grad_output.to(grad_student.dtype),
                 None if grad_weight is None else (grad_weight * grad_output).to(ctx.weight_dtype),

@@ -118,7 +118,7 @@ def _head_transform(model: torch.nn.Module) -> tuple[float, float | None]:
     """``(logit_scale, final_logit_softcapping)`` that ``model``'s forward applies to its LM
     head's output, read from its config as trl 1.16's ``add_fused_lm_head`` reads them (the
     models TRL's own fused head supports: Gemma's softcap, Cohere's, Granite's and Falcon-H1's scales)."""
-    config = model.config.get_text_config()  # type: ignore[union-attr,operator]
+    config = model.config.get_text_config()  # type: ignore[union-attr,operator]  # transformers types config loosely
     scale = getattr(config, "logit_scale", None)
     for name in ("output_multiplier", "lm_head_multiplier"):
         scale = getattr(config, name, None) if scale is None else scale
