@@ -198,6 +198,7 @@ class DebateGRPOTrainer(GRPOHooks):
         self._log(unfinished_rate(unfinished, failed), mode)  # a failed rollout's forfeits are not the policy's
         completion_mask, mask_key = output["completion_mask"], loss_mask_key(output)
         model_tokens = (completion_mask * output[mask_key]).tolist()
+        self._log({"tokens/sampled": float(sum(map(sum, model_tokens)))}, mode)  # the model's own tokens, per step
         segments = [completion_segments(messages, env.trace.turns, tokens)
                     for messages, env, tokens in zip(self._batch_completions, environments, model_tokens, strict=True)]
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
