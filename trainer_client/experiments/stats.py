@@ -216,10 +216,21 @@ def paired_power(effect: float, difference_sd: float, seeds: int, confidence: fl
 
     if seeds < 2 or difference_sd <= 0:
         raise ValueError(f"power needs seeds >= 2 and difference_sd > 0; got {seeds}, {difference_sd}")
+    from scipy import integrate
+
     df = seeds - 1
     noncentrality = effect / (difference_sd / np.sqrt(seeds))
     critical = stats.t.ppf((1 + confidence) / 2, df)
-    return float(stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df, noncentrality))
+
+    # T = (Z + nc) / sqrt(V / df), V ~ chi2(df): integrate the normal tails over V. scipy's
+    # ``nct.sf`` returns nan for 1-4 degrees of freedom at noncentralities above about 10
+    # (scipy 1.17), exactly where a precise measurement needs few seeds.
+    def rejects(v: float) -> float:
+        scale = critical * np.sqrt(v / df)
+        return float((stats.norm.sf(scale - noncentrality) + stats.norm.cdf(-scale - noncentrality)) * stats.chi2.pdf(v, df))
+
+    value, _ = integrate.quad(rejects, 0.0, np.inf, limit=200)
+    return float(min(max(value, 0.0), 1.0))
 
 
 def required_seeds(effect: float, difference_sd: float, power: float = 0.8, confidence: float = 0.95,

@@ -42,6 +42,19 @@ def test_power_agrees_with_a_simulation_of_seed_level_intervals() -> None:
     assert hits == pytest.approx(paired_power(effect, sd, seeds), abs=0.03)
 
 
+def test_paired_power_stays_a_probability_where_few_seeds_suffice() -> None:
+    """scipy's noncentral t gave nan at 1-4 degrees of freedom and noncentralities above ~10 (a
+    precise measurement: many samples per problem), and required_seeds then asked for more seeds
+    at 1,000 problems than at 200. Power rises with the seeds and falls with the spread."""
+    grid = [[paired_power(0.05, sd, seeds) for seeds in (2, 3, 4, 5)] for sd in (0.03, 0.01, 0.004, 0.001)]
+    assert all(0.0 <= p <= 1.0 for row in grid for p in row)
+    assert all(row[j] <= row[j + 1] + 1e-9 for row in grid for j in range(3))
+    assert all(grid[i][j] <= grid[i + 1][j] + 1e-9 for i in range(3) for j in range(4))
+    assert grid[3][0] > 0.99 and required_seeds(0.05, 0.001) == 2
+    sds = [np.sqrt(2 * (1e-5 + 0.0078 / n)) for n in (200, 500, 1000)]  # a measured case
+    assert [required_seeds(0.05, sd) for sd in sds] == sorted((required_seeds(0.05, sd) for sd in sds), reverse=True)
+
+
 def test_the_power_script_reads_an_ablations_runs_and_sizes_the_next_experiment(tmp_path, capsys) -> None:
     """``scripts/power_calculation.py`` on an ablation folder of three finished runs (their
     ``result.json`` as ``save_run`` writes it): the variance split of each metric and the seeds
