@@ -27,6 +27,7 @@ from typing import Any
 from trainer_client.experiments.tiny_recipes import (
     LEARNING_WARMUP_SEED_BASE,
     TEACHER_OVERRIDES,
+    TEACHER_WARMUP_FACTOR,
     TinyModelSpec,
     default_spec,
     is_tiny_model_name,
@@ -44,6 +45,7 @@ __all__ = [
     "LEARNING_WARMUP_SEED_BASE",
     "PINNED_DIR",
     "TEACHER_OVERRIDES",
+    "TEACHER_WARMUP_FACTOR",
     "TinyModelSpec",
     "build_tiny_model",
     "default_spec",

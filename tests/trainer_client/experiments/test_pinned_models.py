@@ -1,0 +1,63 @@
+"""The tiny models' committed builds: the recipes they were built from, and weights that load the
+same whatever the torch thread count (a rebuild does not: the warm-up's sums depend on it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer_client.experiments.tiny_model import (
+    PINNED_DIR,
+    build_tiny_model,
+    pinned_build,
+    tiny_model_path,
+    tiny_model_spec,
+)
+
+PINNED = sorted(p.name for p in PINNED_DIR.iterdir() if (p / "tiny_model.json").exists())
+
+_FINGERPRINT = """
+import sys, torch
+torch.set_num_threads(int(sys.argv[2]))
+from transformers import AutoModelForCausalLM
+from trainer_client.experiments.checkpoints import weights_fingerprint
+print(weights_fingerprint(AutoModelForCausalLM.from_pretrained(sys.argv[1])), torch.get_num_threads())
+"""
+
+
+def test_the_protocol_models_are_committed() -> None:
+    """The starting policies; the default teachers (``tiny-sums@1..3``) are built from their
+    recipes where a run needs them (docs/ablation/start/README.md says why)."""
+    for name in ("tiny", "tiny-learning", "tiny-sums"):
+        assert name in PINNED, f"{name} has no committed build in {PINNED_DIR}"
+
+
+@pytest.mark.parametrize("name", PINNED)
+def test_a_committed_build_is_its_recipes_and_is_what_tiny_model_path_returns(name: str, tmp_path: Path) -> None:
+    """A recipe changed without a new commit of its build would silently fall back to a rebuild:
+    the committed folder must carry the hash of the recipe its name resolves to today."""
+    folder = PINNED_DIR / name
+    marker = json.loads((folder / "tiny_model.json").read_text())
+    assert pinned_build(tiny_model_spec(name)) == folder, f"{name}: the committed build is not its recipe's"
+    assert len(marker["fingerprint"]) == 64 and marker["built_with"]["threads"] >= 1
+    assert tiny_model_path(name, tmp_path) == folder
+    assert not any(tmp_path.iterdir()), "nothing is built when the recipe is committed"
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-sums"])
+def test_committed_weights_load_identically_under_one_and_two_torch_threads(name: str, tmp_path: Path) -> None:
+    folder = PINNED_DIR / name
+    recorded = json.loads((folder / "tiny_model.json").read_text())["fingerprint"]
+    copied = build_tiny_model(tmp_path / name, tiny_model_spec(name))  # the copy a caller with its own folder gets
+    seen = {}
+    for threads in (1, 2):
+        for where in (folder, copied):
+            out = subprocess.run([sys.executable, "-c", _FINGERPRINT, str(where), str(threads)], check=True,
+                                 capture_output=True, text=True).stdout.split()
+            assert out[1] == str(threads)
+            seen[(threads, str(where))] = out[0]
+    assert set(seen.values()) == {recorded}, seen
