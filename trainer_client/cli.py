@@ -149,10 +149,11 @@ def demo_config(output_dir: str, env_url: str, max_steps: int):
     teachers) on :data:`DEMO_TRAIN_PROBLEMS`, for ``max_steps`` steps (the protocol runs more:
     ``docs/learning.md``)."""
     from trainer_client.config import load_config
-    from trainer_client.experiments.recipe import tiny_run_settings
+    from trainer_client.experiments.recipe import recipe_shaping, tiny_run_settings
 
     return load_config(None, "baseline", {
         **tiny_run_settings(DEMO_MODEL),
+        "reward_shaping.strategy": recipe_shaping(DEMO_MODEL),
         "model": DEMO_MODEL,
         "env_url": env_url,
         "problems": DEMO_TRAIN_PROBLEMS,

@@ -54,6 +54,7 @@ from trainer_client.experiments.recipe import (
     TINY_FAMILIES,
     TINY_MODEL_SETTINGS,
     ablation_temperature,
+    recipe_shaping,
 )
 from trainer_client.experiments.run_figures import replay_figures, run_means, static_controls
 
@@ -108,8 +109,11 @@ def ablation_modes(modes: Sequence[str] | None, config_mode: str) -> list[str]:
     return list(modes) if modes else [config_mode]
 
 
-def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[str], shuffled_control: bool) -> list[Arm]:
+def plan_arms(presets: Sequence[str], shapings: Sequence[str] | None, modes: Sequence[str],
+              shuffled_control: bool) -> list[Arm]:
     """Every preset × shaping × mode, then the shuffled-reward control (baseline, identity, first mode).
+    ``shapings`` ``None``: ``identity`` (``run_ablation`` passes a tiny model's recipe credit,
+    :func:`~trainer_client.experiments.recipe.recipe_shaping`).
 
     Raises:
         ValueError: an unknown preset or mode.
@@ -120,7 +124,7 @@ def plan_arms(presets: Sequence[str], shapings: Sequence[str], modes: Sequence[s
     bad_modes = [m for m in modes if m not in ("debate", "single")]
     if bad_modes:
         raise ValueError(f"unknown modes {bad_modes}; choose from debate, single")
-    arms = [Arm(p, s, m) for p in presets for s in shapings for m in modes]
+    arms = [Arm(p, s, m) for p in presets for s in (shapings or ["identity"]) for m in modes]
     if shuffled_control:
         arms.append(Arm("baseline", "identity", modes[0], shuffle_rewards=True))
     return arms
@@ -200,7 +204,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
         raise ValueError("-o mode=...: the episode mode is set per arm; use --modes")
     model_name = ablation_model(args.model, args.config)
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
-    arms = plan_arms(args.arms, args.shaping, ablation_modes(args.modes, base.mode),
+    arms = plan_arms(args.arms, args.shaping or [recipe_shaping(base.model)], ablation_modes(args.modes, base.mode),
                      shuffled_control="shuffled" in args.controls)
     problems = args.problems or base.problems or TINY_FAMILIES.get(base.model)
     model_path = tiny_model_path(base.model, out) if base.model in TINY_MODELS else base.model
@@ -438,7 +442,9 @@ def add_ablate_command(sub: Any) -> None:
     """Register ``ablate`` on the ``mathdebate`` parser."""
     ablate = sub.add_parser("ablate", help="train every arm × seed, evaluate held-out accuracy, write a report")
     ablate.add_argument("--arms", nargs="+", default=["baseline"], choices=PRESET_NAMES)
-    ablate.add_argument("--shaping", nargs="+", default=["identity"], help="reward-shaping strategies (one arm each)")
+    ablate.add_argument("--shaping", nargs="+", default=None,
+                        help="reward-shaping strategies (one arm each); default: the tiny model's recipe credit "
+                             "(tiny-sums: own_outcome, chosen on validation), else identity")
     ablate.add_argument("--modes", nargs="+", default=None,
                         help="episode modes: debate (solver, verifier, judge) and/or single (the solver alone); "
                              "default: the config's mode (debate without a config)")
