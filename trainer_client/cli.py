@@ -180,11 +180,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.train_steps <= 0:
         return 0
     with server_cli.running_server(["--grading-workers", "1", "--problems", DEMO_TRAIN_PROBLEMS]) as url:
-        print(f"training {args.train_steps} steps on {_training_device()} ({DEMO_MODEL} model, GRPO, problems "
-              f"{DEMO_TRAIN_PROBLEMS}) into {args.output_dir}", flush=True)
+        config = demo_config(args.output_dir, url, args.train_steps)
+        print(f"training {args.train_steps} steps on {_training_device()} ({DEMO_MODEL} model, GRPO with "
+              f"{config.reward_shaping.strategy or 'identity'} credit, problems {DEMO_TRAIN_PROBLEMS}) into "
+              f"{args.output_dir}", flush=True)
         from trainer_client.experiments.train import run_training
 
-        config = demo_config(args.output_dir, url, args.train_steps)
         output_dir = run_training(config)
     _print_training_summary(output_dir)
     _print_heldout(config, output_dir, args.heldout)
