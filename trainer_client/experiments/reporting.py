@@ -163,9 +163,14 @@ def _plot_costs(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str]) -> No
     ax.legend(handles, labels, fontsize=8)
 
 
+#: The credit panel's metrics (``credit/fidelity/<role>``, ``credit/signal/<role>``: credit/fidelity.py).
+CREDIT_PREFIXES = ("credit/fidelity/", "credit/signal/")
+
+
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Plot per-role rewards, the three loss channels and, when logged, trace replay's chosen and
-    rejected log-probs (trained and held-out pairs) and what the channels cost (each one's
+    rejected log-probs (trained and held-out pairs), each role's credit fidelity and signal
+    (smoothed like the rewards) and what the channels cost (each one's
     seconds per step, the step's peak memory: :mod:`trainer_client.losses.costs`) against the step. With 10 steps or
     more, each reward is drawn faint per step with its trailing mean over
     :data:`SMOOTHING_STEPS` steps on top (one batch holds only a few problems, so per-step
@@ -192,12 +197,19 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     replay = any(key in line for line in lines for key in REPLAY_KEYS)
     cost_keys = sorted({key for line in lines for key in line if key.startswith("time/") and key.endswith("_s")})
     cost = bool(cost_keys) or any(PEAK_MEMORY_KEY in line for line in lines)
-    count = 2 + replay + cost
+    # does each role's advantage point the way its own turn went? (credit/fidelity.py)
+    credit_keys = sorted({key for line in lines for key in line if key.startswith(CREDIT_PREFIXES)})
+    count = 2 + replay + bool(credit_keys) + cost
     fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     rewards_ax, loss_ax = axes[0], axes[1]
+    smoothed = {rewards_ax}
     panels = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")]
     if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
         panels.append((axes[2], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
+    if credit_keys:
+        credit_ax = axes[2 + replay]
+        smoothed.add(credit_ax)
+        panels.append((credit_ax, credit_keys, "credit: fidelity and signal per role"))
     if cost:  # what each channel costs in this run (trainer_client.losses.costs)
         _plot_costs(axes[-1], lines, cost_keys)
     for ax, keys, title in panels:
@@ -206,7 +218,7 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
             if not points:
                 continue
             steps, values = zip(*points, strict=True)
-            if ax is rewards_ax and len(values) >= 10:
+            if ax in smoothed and len(values) >= 10:
                 drawn = ax.plot(steps, values, alpha=0.25, linewidth=1)
                 ax.plot(steps, trailing_mean(values, SMOOTHING_STEPS), color=drawn[0].get_color(), linewidth=2,
                         label=f"{key} (mean of last {SMOOTHING_STEPS})")

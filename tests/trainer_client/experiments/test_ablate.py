@@ -290,6 +290,16 @@ def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):
     metrics.write_text("".join(json.dumps({"step": s, "debate/reward/solver": float(s % 2), "loss/grpo": 0.1}) + "\n"
                                for s in range(1, 31)))
     assert plot_metrics(metrics, tmp_path / "plot.png").stat().st_size > 10_000
+    # credit fidelity and signal per role, when logged, get their own panel (one more 550-px column)
+    import matplotlib.image
+
+    credit = tmp_path / "credit.jsonl"
+    credit.write_text("".join(json.dumps({"step": s, "debate/reward/solver": float(s % 2), "loss/grpo": 0.1,
+                                          "credit/fidelity/solver": 0.5 + s / 100, "credit/signal/verifier": 0.4})
+                              + "\n" for s in range(1, 31)))
+    widths = [matplotlib.image.imread(plot_metrics(path, tmp_path / f"{path.stem}.png")).shape[1]
+              for path in (metrics, credit)]
+    assert widths == [1100, 1650]
 
 
 @pytest.mark.timeout(600)
