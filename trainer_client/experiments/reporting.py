@@ -203,7 +203,8 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     rewards_ax, loss_ax = axes[0], axes[1]
     smoothed = {rewards_ax}
-    panels = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"), (loss_ax, LOSS_KEYS, "loss channels")]
+    panels: list[tuple[Any, Sequence[str], str]] = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"),
+                                                    (loss_ax, LOSS_KEYS, "loss channels")]
     if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
         panels.append((axes[2], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
     if credit_keys:
