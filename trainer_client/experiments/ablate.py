@@ -55,6 +55,7 @@ from trainer_client.experiments.recipe import (
     TINY_MODEL_SETTINGS,
     ablation_temperature,
     recipe_shaping,
+    tiny_run_settings,
 )
 from trainer_client.experiments.run_figures import replay_figures, run_means, static_controls
 
@@ -321,7 +322,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
         "max_steps": config.max_steps, "pass_k": args.pass_k,
         "debate_k": eval_kwargs["debate_k"], "temperature": eval_kwargs["temperature"],
         "eval_seconds_mean": sum(eval_seconds) / len(eval_seconds),
-        "settings": {**(TINY_ABLATION_SETTINGS if base.model in TINY_MODELS else {}), **args.overrides},
+        "settings": {**(tiny_run_settings(str(base.model)) if base.model in TINY_MODELS else {}), **args.overrides},
         "command": " ".join(sys.argv),
     }
     write_ablation_report(out, protocol, befores, results, controls, provenance=record)
@@ -454,7 +455,8 @@ def add_ablate_command(sub: Any) -> None:
                              "processes writing the same --output-dir, then report them all with --seed-start 0, "
                              "which reuses every finished run")
     ablate.add_argument("--max-steps", type=int, default=None,
-                        help="RL steps per run (default: 200 for the tiny model, else the config's max_steps)")
+                        help="RL steps per run (default: the tiny model's protocol, 100 for tiny-sums and 200 for "
+                             "the others, else the config's max_steps)")
     ablate.add_argument("--model", default=None,
                         help="'tiny' (the learning experiment's tiny model; the default without --config) or a model id/path")
     ablate.add_argument("--config", default=None, help="YAML training config (e.g. configs/gpu_qwen.yaml)")
