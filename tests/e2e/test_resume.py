@@ -47,10 +47,11 @@ REPO = Path(__file__).resolve().parents[2]
 #: 2-core machine shared with other jobs do not fight over each other's cores
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
 STEPS = 4
-#: metrics that depend on the clock, not on the training: timings, and the teacher pool's counters,
-#: read while its threads answer (the checkpoints' counters, read after waiting for them, are compared)
-TIMING = ("time", "per_second", "teachers/", "pairs/emitted", "pairs/gold_supervised", "pairs/graded", "pairs/correct",
-          "pairs/precision")
+#: metrics that depend on the clock or the process, not on the training: timings, the process's
+#: peak memory (a resumed process has its own), and the teacher pool's counters, read while its
+#: threads answer (the checkpoints' counters, read after waiting for them, are compared)
+TIMING = ("time", "per_second", "memory/", "teachers/", "pairs/emitted", "pairs/gold_supervised", "pairs/graded",
+          "pairs/correct", "pairs/precision")
 
 
 def _settings(tiny_model_dir: str, url: str, out: Path) -> dict:

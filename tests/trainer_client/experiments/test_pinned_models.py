@@ -22,10 +22,10 @@ PINNED = sorted(p.name for p in PINNED_DIR.iterdir() if (p / "tiny_model.json").
 
 _FINGERPRINT = """
 import sys, torch
-torch.set_num_threads(int(sys.argv[2]))
+torch.set_num_threads(int(sys.argv[1]))
 from transformers import AutoModelForCausalLM
 from trainer_client.experiments.checkpoints import weights_fingerprint
-print(weights_fingerprint(AutoModelForCausalLM.from_pretrained(sys.argv[1])), torch.get_num_threads())
+print(torch.get_num_threads(), *(weights_fingerprint(AutoModelForCausalLM.from_pretrained(p)) for p in sys.argv[2:]))
 """
 
 
@@ -48,16 +48,16 @@ def test_a_committed_build_is_its_recipes_and_is_what_tiny_model_path_returns(na
     assert not any(tmp_path.iterdir()), "nothing is built when the recipe is committed"
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny-sums"])
-def test_committed_weights_load_identically_under_one_and_two_torch_threads(name: str, tmp_path: Path) -> None:
-    folder = PINNED_DIR / name
-    recorded = json.loads((folder / "tiny_model.json").read_text())["fingerprint"]
-    copied = build_tiny_model(tmp_path / name, tiny_model_spec(name))  # the copy a caller with its own folder gets
-    seen = {}
+def test_committed_weights_load_identically_under_one_and_two_torch_threads(tmp_path: Path) -> None:
+    """``tiny`` and ``tiny-sums``, from the committed folder and from the copy a caller with its own
+    folder gets, each loaded in a fresh process under 1 and under 2 torch threads: every load
+    gives the fingerprint recorded at the build."""
+    names = ["tiny", "tiny-sums"]
+    recorded = [json.loads((PINNED_DIR / name / "tiny_model.json").read_text())["fingerprint"] for name in names]
+    folders = [str(PINNED_DIR / name) for name in names]
+    copies = [str(build_tiny_model(tmp_path / name, tiny_model_spec(name))) for name in names]
     for threads in (1, 2):
-        for where in (folder, copied):
-            out = subprocess.run([sys.executable, "-c", _FINGERPRINT, str(where), str(threads)], check=True,
-                                 capture_output=True, text=True).stdout.split()
-            assert out[1] == str(threads)
-            seen[(threads, str(where))] = out[0]
-    assert set(seen.values()) == {recorded}, seen
+        out = subprocess.run([sys.executable, "-c", _FINGERPRINT, str(threads), *folders, *copies], check=True,
+                             capture_output=True, text=True).stdout.split()
+        assert out[0] == str(threads)
+        assert out[1:] == recorded + recorded, (threads, out)
