@@ -53,6 +53,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -265,7 +267,41 @@ def _force_generation_kwargs(forced: dict[str, Any]) -> None:
     GRPOConfig.__post_init__ = post_init  # type: ignore[method-assign]  # records every arm's GRPOConfig to compare
 
 
-def plain_trl(config: Any, clock: Any) -> None:
+@contextmanager
+def _profiled(spec: dict[str, Any], stem: Path) -> Iterator[list[Any]]:
+    """With ``spec["profile"]``: ``torch.profiler`` over the arm's steps after the first (CPU
+    activities, and CUDA's where present; memory recorded), written as ``<stem>.txt`` (the
+    operators by self time, and by self memory) and ``<stem>.json`` (every operator's and
+    ``channel/<key>`` range's totals). Yields the ``TrainerCallback`` list that steps it."""
+    if not spec.get("profile"):
+        yield []
+        return
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+    from transformers import TrainerCallback
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    profiler = profile(activities=activities, schedule=schedule(wait=1, warmup=0, active=spec["steps"] - 1, repeat=1),
+                       profile_memory=True, record_shapes=False)
+
+    class Step(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            profiler.step()
+
+    with profiler:
+        yield [Step()]
+    averages = profiler.key_averages()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    stem.with_suffix(".txt").write_text(
+        averages.table(sort_by=f"self_{device}_time_total", row_limit=45) + "\n"
+        + averages.table(sort_by=f"self_{device}_memory_usage", row_limit=25) + "\n")
+    rows = [{"name": e.key, "count": e.count, "cpu_total_s": e.cpu_time_total / 1e6, "self_cpu_s": e.self_cpu_time_total / 1e6,
+             "device_total_s": getattr(e, "device_time_total", 0.0) / 1e6,
+             "self_memory_gib": getattr(e, f"self_{device}_memory_usage", 0) / 2**30} for e in averages]
+    stem.with_suffix(".json").write_text(json.dumps({"steps": spec["steps"] - 1, "events": rows}))
+
+
+def plain_trl(config: Any, clock: Any, callbacks: list[Any] | None = None) -> None:
     """Plain TRL: ``GRPOTrainer`` + ``environment_factory`` as TRL documents it, on the same model,
     data, seed and ``GRPOConfig`` as ``run_training`` builds from ``config`` (the parent checks the
     arguments match)."""
@@ -300,7 +336,7 @@ def plain_trl(config: Any, clock: Any) -> None:
     trainer = GRPOTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                           environment_factory=environment_factory(config.env_url, None, config.max_rounds,
                                                                   config.rewards_timeout_s, config.mode),
-                          callbacks=[clock])
+                          callbacks=[clock, *(callbacks or [])])
     trainer.train()
 
 
@@ -316,12 +352,13 @@ def run_arm(arm: str, spec: dict[str, Any], out: Path) -> dict[str, Any]:
         _force_generation_kwargs(forced)
     _time_generation()
     clock = _step_clock()
-    if arm == "trl":
-        plain_trl(config, clock)
-    else:
-        from trainer_client.experiments.train import run_training
+    with _profiled(spec, out.parent / f"profile-{arm}-{spec['run']}") as callbacks:
+        if arm == "trl":
+            plain_trl(config, clock, callbacks)
+        else:
+            from trainer_client.experiments.train import run_training
 
-        run_training(config, progress=False, callbacks=[clock])
+            run_training(config, progress=False, callbacks=[clock, *callbacks])
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
     return {"arm": arm, "steps": clock.steps, "logs": {str(k): v for k, v in sorted(clock.logs.items())},
             "peak_memory_gib": clock.peak_gib, "memory_method": clock.peak.method, "args": clock.args,
@@ -386,6 +423,9 @@ def main() -> int:
     parser.add_argument("--tree", default=str(REPO), help="the checkout whose trainer_client the arms run")
     parser.add_argument("--concurrent", action="store_true",
                         help="start a run's arms together (a smoke test: the timings are then not comparable)")
+    parser.add_argument("--profile", action="store_true",
+                        help="torch.profiler over each arm's measured steps: profile-<arm>-<run>.txt/.json in --work "
+                             "(timings then include the profiler's overhead)")
     parser.add_argument("--child", choices=ARMS, help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -417,7 +457,7 @@ def main() -> int:
     suppress = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS if tokenizer.convert_tokens_to_ids(t) != eos]
     spec = {"model_dir": str(model_dir), "steps": steps, "seed": args.seed, "work": str(work),
             "completion_len": args.completion_len or shape["completion_len"], "prompts": shape["prompts"],
-            "generations": shape["generations"], "suppress_tokens": suppress}
+            "generations": shape["generations"], "suppress_tokens": suppress, "profile": args.profile}
     tree = Path(args.tree).resolve()
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
     loads: list[tuple[str, float, float]] = []

@@ -119,10 +119,12 @@ class ChannelCosts(TrainerCallback):
         self.memory.reset()
 
     def timed(self, key: str, work: Callable[..., T], *args: Any) -> T:
-        """``work(*args)``, its time counted to ``key``."""
+        """``work(*args)``, its time counted to ``key`` (and, under ``torch.profiler``, recorded
+        as ``channel/<key>``)."""
         start = self._now()
         try:
-            return work(*args)
+            with torch.profiler.record_function(f"channel/{key}"):
+                return work(*args)
         finally:
             self._add(key, start, self._now())
 

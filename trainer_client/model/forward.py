@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import DynamicCache
 
+from trainer_client.model.chunked_logps import chunked_logps
 from trainer_client.trl_compat import CapturedForward, cache_argument, output_cache, transformer_body
 
 __all__ = ["BLOCK_ELEMENTS", "ResponseBatch", "checkpointing_active", "head_logps", "pack_responses",
@@ -130,9 +131,11 @@ def _head_transform(model: torch.nn.Module) -> tuple[float, float | None]:
 def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tensor,
                mask: torch.Tensor | None = None) -> torch.Tensor:
     """``log p(labels)`` from final hidden states through ``model``'s LM head, without building
-    the ``(N, L, V)`` logits: TRL's ``ChunkedLogProbFunction`` (``trl.kernels``, what trl 1.16's
-    GRPO loss uses; Triton on CUDA, torch tiles elsewhere) over vocabulary slices of at most
-    :data:`BLOCK_ELEMENTS` logits, its backward recomputing each slice. The value is
+    the ``(N, L, V)`` logits, at most :data:`BLOCK_ELEMENTS` logits at a time, the backward
+    recomputing each block: on CUDA, TRL's ``ChunkedLogProbFunction`` (``trl.kernels``, what
+    trl 1.16's GRPO loss uses: Triton kernels); elsewhere, for a plain head (no bias, scale or
+    softcap), :func:`~trainer_client.model.chunked_logps.chunked_logps` (in-place passes where
+    TRL's torch tiles allocate, see its module), else TRL's. The value is
     ``selective_log_softmax(model's logits, labels)`` up to float summation order.
 
     Args:
@@ -160,6 +163,9 @@ def head_logps(model: torch.nn.Module, hidden: torch.Tensor, labels: torch.Tenso
     flat, targets = (hidden[mask], labels[mask]) if mask is not None else (hidden.reshape(-1, hidden.shape[-1]),
                                                                            labels.reshape(-1))
     weight, bias = head.weight, getattr(head, "bias", None)
+    if flat.device.type != "cuda" and bias is None and scale == 1.0 and softcap is None:
+        logps = chunked_logps(flat, weight, targets, BLOCK_ELEMENTS)
+        return logps.view(labels.shape) if mask is None else logps.new_zeros(labels.shape).masked_scatter(mask, logps)
     width = max(1, min(weight.shape[0], BLOCK_ELEMENTS // max(1, min(flat.shape[0], TOKEN_CHUNK_SIZE))))
     logps = ChunkedLogProbFunction.apply(flat, weight, bias, targets, 1.0, width, softcap, scale, ("log_probs",))[0]
     if mask is None:
