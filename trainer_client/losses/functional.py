@@ -160,21 +160,23 @@ class _ChunkedJSD(torch.autograd.Function):
         grad_weight = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if want_weight else None
         total = torch.zeros((), dtype=torch.float32, device=student.device)
         step = max(1, min(rows, BLOCK_ELEMENTS // vocab))
-        # the block's two logits and three working buffers, allocated once and reused by every block
-        buffers = torch.empty((5, step, vocab), dtype=torch.float32, device=w.device)
-        in_place = w.dtype == torch.float32  # the products write straight into the float32 buffers
+        # the block's two logits (student rows, then teacher rows: one product over the head for
+        # both, which streams the weight once where two products stream it twice: at a 151,936 x
+        # 256 head on CPU, 110 + 110 rows in one product run at 153 GFLOP/s against 117 for 110)
+        # and three working buffers, allocated once and reused by every block
+        logits = torch.empty((2 * step, vocab), dtype=torch.float32, device=w.device)
+        scratch = torch.empty((3, step, vocab), dtype=torch.float32, device=w.device)
+        in_place = w.dtype == torch.float32  # the product writes straight into the float32 buffer
         for start in range(0, rows, step):
             hidden = student[start:start + step].detach()
             n = hidden.shape[0]
-            logits_s, logits_t = buffers[0, :n], buffers[1, :n]
+            both = torch.cat([hidden, teacher[start:start + step]])
             if in_place:
-                torch.mm(hidden, w.t(), out=logits_s)
-                torch.mm(teacher[start:start + step], w.t(), out=logits_t)
+                torch.mm(both, w.t(), out=logits[:2 * n])
             else:
-                logits_s.copy_(F.linear(hidden, w))
-                logits_t.copy_(F.linear(teacher[start:start + step], w))
-            per_token, grad = _block_jsd(logits_s, logits_t, beta, temperature, (buffers[2], buffers[3], buffers[4]),
-                                         grad_scale=1.0 / max(rows, 1))
+                logits[:2 * n].copy_(F.linear(both, w))
+            per_token, grad = _block_jsd(logits[:n], logits[n:2 * n], beta, temperature,
+                                         (scratch[0], scratch[1], scratch[2]), grad_scale=1.0 / max(rows, 1))
             if token_clip is not None:  # clamp: a token above the cap passes no gradient
                 grad.mul_((per_token <= token_clip).to(grad.dtype)[:, None])
                 per_token = per_token.clamp(max=token_clip)
