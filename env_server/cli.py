@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -189,9 +188,9 @@ def print_report(report: PlayReport, title: str) -> None:
     rows += [(f"mean reward: {role}", "n/a" if summary[f"reward/{role}"] is None else f"{summary[f'reward/{role}']:.3f}")
              for role in ("solver", "verifier", "judge")]
     rows += [(f"error kind: {kind}", str(n)) for kind, n in sorted(report.error_kinds.items())]
-    if len(report.per_replica) > 1 or report.replays:
+    if len(report.per_replica) > 1 or report.reruns:
         rows += [(f"episodes on {url}", str(n)) for url, n in sorted(report.per_replica.items())]
-        rows += [("episodes replayed elsewhere", str(report.replays))]
+        rows += [("episodes re-run elsewhere", str(report.reruns))]
     rows += [
         ("steps/s", f"{summary['steps_per_s']:.1f}"),
         ("step latency p50 / p99 (ms)", f"{summary['step_p50_ms']:.2f} / {summary['step_p99_ms']:.2f}"),
@@ -199,6 +198,18 @@ def print_report(report: PlayReport, title: str) -> None:
     for name, value in rows:
         table.add_row(name, value)
     print_whole(table)  # whole when piped to a file too (rich would cut cells at 80 columns)
+
+
+class _Renamed(argparse.Action):
+    """An option that was renamed: using it fails with one line naming the new one (exit 2)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} is now {self.new}")
 
 
 def cmd_play(args: argparse.Namespace) -> int:
@@ -212,7 +223,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     report = asyncio.run(play(
         args.url, problems, args.episodes, args.concurrency, args.policy, args.p, args.seed, args.connections,
         token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
-        mode=args.mode, replay_after_s=getattr(args, "replay_after", 30.0),
+        mode=args.mode, rerun_after_s=getattr(args, "rerun_after", 30.0),
     ))
     tally = report.failures
     if tally.failed:  # the first thing the user reads
@@ -243,15 +254,16 @@ def wait_healthy(url: str, timeout_s: float = 60.0, process: subprocess.Popen[An
     Raises:
         RuntimeError: the server process exited, or it did not become healthy in time.
     """
+    import httpx  # here: `serve` itself never needs an HTTP client
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the server exited with code {process.returncode} before becoming healthy")
         try:
-            with urllib.request.urlopen(f"{url}{path}", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"the server at {url} was not healthy after {timeout_s:.0f}s")
@@ -295,8 +307,10 @@ def build_parser(extra_commands: Sequence[Callable[[Any], None]] = ()) -> argpar
     play = sub.add_parser("play", help="drive scripted debates over /ws/mux and print a report")
     play.add_argument("--url", default="http://127.0.0.1:8000",
                       help="the server, or several replicas comma-separated (sessions go to the least-loaded)")
-    play.add_argument("--replay-after", type=float, default=30.0,
-                      help="seconds a session's replica may stay unreachable before its episode is played elsewhere")
+    play.add_argument("--rerun-after", type=float, default=30.0,
+                      help="seconds a session's replica may stay unreachable before its episode is re-run elsewhere")
+    play.add_argument("--replay-after", type=float, help=argparse.SUPPRESS,
+                      action=_Renamed, new="--rerun-after")
     add_play_args(play)
     play.set_defaults(func=cmd_play)
     add_view_command(sub)

@@ -22,11 +22,12 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from env_server.jsonio import write_json_atomic
 
 __all__ = ["PACKAGES", "config_hash", "git_state", "machine", "package_versions", "provenance", "server_info",
            "write_provenance"]
@@ -127,15 +128,16 @@ def server_info(url: str, token: str | None = None, timeout_s: float = 10.0) -> 
     """What an env server says about itself: ``url``, ``name`` and ``version`` (``/metadata``),
     ``compiled`` (its hot path built with mypyc), ``problem_source`` and ``problem_fingerprint``
     (``/stats``). A server that cannot be read gives ``{"url", "error"}`` (provenance never fails a run)."""
+    import httpx
+
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     out: dict[str, Any] = {"url": url}
     try:
         for path, keys in (("/metadata", ("name", "version")), ("/stats", ("compiled", "problem_source", "problem_fingerprint"))):
-            request = urllib.request.Request(url.rstrip("/") + path, headers=headers)
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                data = json.loads(response.read())
+            response = httpx.get(url.rstrip("/") + path, headers=headers, timeout=timeout_s)
+            data = response.raise_for_status().json()
             out.update({key: data.get(key) for key in keys})
-    except (OSError, ValueError) as exc:
+    except (httpx.HTTPError, ValueError) as exc:
         return {"url": url, "error": str(exc)}
     return out
 
@@ -171,11 +173,6 @@ def provenance(config: Mapping[str, Any] | None = None, env_urls: Sequence[str] 
 
 def write_provenance(directory: str | Path, record: Mapping[str, Any] | None = None, **kwargs: Any) -> Path:
     """Write ``directory/provenance.json`` (``record``, or :func:`provenance` of ``kwargs``),
-    atomically (a temporary file renamed over it); returns its path."""
-    path = Path(directory) / "provenance.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    atomically (:func:`~env_server.jsonio.write_json_atomic`); returns its path."""
     data = dict(record) if record is not None else provenance(**kwargs)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(Path(directory) / "provenance.json", data, indent=2)

@@ -100,7 +100,8 @@ else
 fi
 
 part "pytest"
-python -m pytest -q "$@" 2>&1 | tee "$logs/pytest.log"; pytest_rc=${PIPESTATUS[0]}
+# --durations: the slowest tests, printed with the summary, to keep the suite within its 20-minute budget
+python -m pytest -q --durations=25 "$@" 2>&1 | tee "$logs/pytest.log"; pytest_rc=${PIPESTATUS[0]}
 counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
          | sed -E 's/^=+ //; s/ =+$//')
 if [ "$pytest_rc" -eq 0 ]; then done_part passed "$counts"; else done_part FAILED "$counts"; fi

@@ -67,7 +67,7 @@ def test_every_trainconfig_field_is_on_the_built_configuration_page(site):
     shown = set(re.findall(r"<code>([^<]+)</code>", page))
     paths = _field_paths(TrainConfig)
     assert len(paths) > 100 and {"sdpo.alpha", "replay.teachers[].max_tokens", "policies.judge.lora.target_modules",
-                                 "aux_losses[].weight", "reward_function.use_score"} <= set(paths)
+                                 "channels[].weight", "reward_function.use_score"} <= set(paths)
     missing = [path for path in paths if path not in shown]
     assert not missing, f"TrainConfig fields missing from the built configuration reference: {missing}"
 

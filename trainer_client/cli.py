@@ -27,7 +27,7 @@ import yaml
 from env_server import cli as server_cli
 from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE, TooManyFailuresError
 
-__all__ = ["SERVER_COMMANDS", "add_failure_options", "demo_config", "main"]
+__all__ = ["SERVER_COMMANDS", "TRAIN_FLAGS", "add_failure_options", "demo_config", "main"]
 
 #: Commands that ``env_server.cli`` serves alone: they start without loading the trainer.
 SERVER_COMMANDS = frozenset({"serve", "play", "view"})
@@ -35,16 +35,36 @@ SERVER_COMMANDS = frozenset({"serve", "play", "view"})
 log = logging.getLogger(__name__)
 
 
+#: The config fields ``mathdebate train`` also takes as flags (``env_url`` as ``--env-url``), with
+#: their help; each flag's type and choices are the field's own (``TrainConfig``), so the flags
+#: accept exactly what the config accepts.
+TRAIN_FLAGS = {
+    "env_url": "the env server's URL (several replicas: comma-separated)",
+    "max_steps": "optimiser steps",
+    "output_dir": "metrics, plot, checkpoints and pairs go here",
+    "model": "Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning' / 'tiny-sums'",
+    "advantage_estimator": "per-role group normalisation (grpo), per role and turn (grpo_turn) or GiGPO step-level "
+                           "credit (gigpo)",
+}
+
+
 def _add_train_args(parser: argparse.ArgumentParser) -> None:
+    from typing import Literal, get_args, get_origin
+
+    from trainer_client.config import PRESETS, TrainConfig
+
     parser.add_argument("--config", default=None, help="YAML config (see configs/)")
-    parser.add_argument("--preset", choices=["baseline", "sdpo", "replay", "full"], default=None,
-                        help="loss-channel ablation preset: (alpha, beta) = (0,0), (0.1,0), (0,0.05), (0.1,0.05)")
-    parser.add_argument("--env-url", default=None)
-    parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--output-dir", default=None)
-    parser.add_argument("--model", default=None, help="Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning'")
-    parser.add_argument("--advantage-estimator", choices=["grpo", "gigpo"], default=None,
-                        help="per-role group normalisation (grpo, default) or GiGPO step-level credit (gigpo)")
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="loss-channel ablation preset, (alpha, beta): "
+                             + ", ".join(f"{name} {weights}" for name, weights in PRESETS.items()))
+    for name, text in TRAIN_FLAGS.items():
+        field = TrainConfig.model_fields[name]
+        options: dict[str, Any] = {"default": None, "help": f"{text} (config `{name}`; default {field.default!r})"}
+        if get_origin(field.annotation) is Literal:
+            options["choices"] = list(get_args(field.annotation))
+        elif field.annotation in (int, float):
+            options["type"] = field.annotation
+        parser.add_argument("--" + name.replace("_", "-"), **options)
     parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                         help="any config field, dotted (e.g. -o sdpo.token_clip=5 -o reward_shaping.strategy=difference_rewards)")
 
@@ -69,9 +89,7 @@ def _add_resume_arg(parser: argparse.ArgumentParser) -> None:
 def _train_config(args: argparse.Namespace):
     from trainer_client.config import load_config, parse_overrides
 
-    flags = {"env_url": args.env_url, "max_steps": args.max_steps, "output_dir": args.output_dir, "model": args.model,
-             "advantage_estimator": args.advantage_estimator}
-    overrides = {k: v for k, v in flags.items() if v is not None}
+    overrides = {name: getattr(args, name) for name in TRAIN_FLAGS if getattr(args, name) is not None}
     config_path = args.config
     resume = getattr(args, "resume", None)
     if isinstance(resume, str):  # a run folder, or a checkpoint inside one: continue that run

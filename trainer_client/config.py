@@ -20,16 +20,17 @@ from env_server.protocol.markers import Role
 from env_server.protocol.models import AUTH_TOKEN_ENV
 from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.shaping import RewardShapingConfig
-from trainer_client.losses.base import auxiliary_loss_class
+from trainer_client.losses.base import channel_class
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
 from trainer_client.policies.settings import PoliciesConfig
 
 __all__ = [
     "ORACLE_TEACHERS",
     "PRESETS",
+    "RENAMED_KEYS",
     "TINY_MODELS",
     "TINY_TEACHER_SEEDS",
-    "AuxLossConfig",
+    "ChannelConfig",
     "GiGPOConfig",
     "ReplayConfig",
     "RewardFunctionConfig",
@@ -64,6 +65,10 @@ def tiny_model_teachers(model: str) -> list[dict[str, Any]]:
 #: and ``tiny-learning`` (warm-up on the easy ``single_digit_sum`` family, partly right: the
 #: learning experiment's; ``trainer_client.experiments.tiny_model.learning_spec``).
 TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec", "tiny-sums": "sums_spec"}
+
+#: Config keys that were renamed, old -> new: a config or override with the old key fails with
+#: one line naming the new one (never silently ignored).
+RENAMED_KEYS: dict[str, str] = {"aux_losses": "channels"}
 
 #: Ablation presets: (alpha for SDPO, beta for trace-replay DPO).
 PRESETS: dict[str, tuple[float, float]] = {
@@ -114,11 +119,11 @@ class RewardFunctionConfig(_Strict):
         return load_reward_function(self.path, self.mode, self.timeout_s)
 
 
-class AuxLossConfig(_Strict):
+class ChannelConfig(_Strict):
     """One more loss channel (:mod:`trainer_client.losses.base`): ``total += weight · loss``.
 
     Attributes:
-        name: a registered name (``register_auxiliary_loss``) or ``"package.module:Class"``.
+        name: a registered name (``register_channel``) or ``"package.module:Class"``.
         weight: its weight in the total loss.
         roles: the roles whose tokens it acts on (default: the trained roles).
         params: keyword arguments of the class.
@@ -130,9 +135,9 @@ class AuxLossConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _known(self) -> AuxLossConfig:
+    def _known(self) -> ChannelConfig:
         try:  # fails at load, naming the registered losses
-            auxiliary_loss_class(self.name)
+            channel_class(self.name)
         except (KeyError, ImportError, AttributeError, TypeError) as exc:
             raise ValueError(str(exc).strip('"')) from None
         return self
@@ -182,7 +187,7 @@ class TrainConfig(_Strict):
             that role's k-th turn, :mod:`trainer_client.credit.turn_groups`) or ``gigpo``
             (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`).
         gigpo: GiGPO settings.
-        aux_losses: further loss channels (:class:`AuxLossConfig`), each added as ``weight · loss``.
+        channels: further loss channels (:class:`ChannelConfig`), each added as ``weight · loss``.
         reward_function: an optional user reward function over the transcripts.
         shuffle_rewards: the shuffled-reward control of ``mathdebate ablate``: episode rewards
             are permuted within each batch before shaping, so the policy gets no signal about
@@ -241,12 +246,22 @@ class TrainConfig(_Strict):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     advantage_estimator: Literal["grpo", "grpo_turn", "gigpo"] = "grpo"
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
-    aux_losses: list[AuxLossConfig] = Field(default_factory=list)
+    channels: list[ChannelConfig] = Field(default_factory=list)
     reward_function: RewardFunctionConfig | None = None
     shuffle_rewards: bool = False
     unfinished_debate_reward: float | None = 0.0
     resume_from_checkpoint: bool | str | None = None
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        """A key of :data:`RENAMED_KEYS` fails with one line naming its new name."""
+        if isinstance(data, dict):
+            for old, new in RENAMED_KEYS.items():
+                if old in data:
+                    raise ValueError(f"`{old}` is now `{new}` (rename it in the config or the -o override)")
+        return data
 
     @model_validator(mode="before")
     @classmethod

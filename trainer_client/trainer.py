@@ -37,8 +37,8 @@ from env_server.protocol.models import EpisodeRewards
 from trainer_client.credit.advantages import (
     GiGPOInputs,
     batch_advantages,
-    episode_rewards,
     gigpo_steps,
+    rescored_records,
     user_rewards,
 )
 from trainer_client.credit.debate_metrics import debate_metrics
@@ -47,7 +47,7 @@ from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.role_samples import announce_strategy
 from trainer_client.credit.shaping import RewardShapingStrategy, get_strategy
 from trainer_client.credit.shaping.base import VERIFIER_ACCEPT_PROB
-from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch
+from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch
 from trainer_client.losses.costs import ChannelCosts
 from trainer_client.losses.hint_distillation import HintDistillation
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
@@ -76,7 +76,7 @@ class DebateGRPOTrainer(GRPOHooks):
         hints: hint templates, key -> text (the server's ``GET /hints``); required when
             ``sdpo.alpha > 0``.
         teacher_pool, pair_store: trace replay's teachers and pairs; required when ``replay.beta > 0``.
-        auxiliary_losses: further :class:`~trainer_client.losses.base.AuxiliaryLoss` terms.
+        channels: further :class:`~trainer_client.losses.base.LossChannel` terms.
         advantage_estimator: ``"grpo"`` (per-role group normalisation), ``"grpo_turn"`` (per role
             and turn, :mod:`trainer_client.credit.turn_groups`) or ``"gigpo"``.
         gigpo: GiGPO settings (default: :class:`~trainer_client.credit.gigpo.GiGPOConfig`).
@@ -101,7 +101,7 @@ class DebateGRPOTrainer(GRPOHooks):
     def __init__(self, *args: Any, shaping_strategy: RewardShapingStrategy | None = None, scale_advantages: bool = True,
                  sdpo: SDPOConfig | None = None, replay: ReplayConfig | None = None,
                  hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
-                 auxiliary_losses: list[AuxiliaryLoss] | None = None,
+                 channels: list[LossChannel] | None = None,
                  advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
                  unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None,
@@ -124,7 +124,7 @@ class DebateGRPOTrainer(GRPOHooks):
         announce_strategy(self.shaping_strategy)
         self.scale_advantages = scale_advantages
         self.hint_distillation, self.trace_replay = hint, trace
-        self.channels: list[AuxiliaryLoss] = [c for c in (hint, trace) if c is not None] + list(auxiliary_losses or [])
+        self.channels: list[LossChannel] = [c for c in (hint, trace) if c is not None] + list(channels or [])
         self.role_router = (RoleRouter(policies, self.accelerator.unwrap_model, endpoint)
                             if policies is not None and policies.active else None)
         if endpoint is not None:  # endpoint turns are written in the chat template TRL renders with
@@ -192,7 +192,7 @@ class DebateGRPOTrainer(GRPOHooks):
                                             self._batch_completions, truths)
             self._log(metrics, mode)
         unfinished = [any(turn.source == "forfeit" for turn in env.trace.turns) for env in environments]
-        records = episode_rewards(records, user_results=results, use_score=self.reward_use_score,  # steps 1-2
+        records = rescored_records(records, user_results=results, use_score=self.reward_use_score,  # steps 1-2
                                   unfinished=unfinished, unfinished_reward=self.unfinished_debate_reward)
         failed = [k in (self.role_router.failed_rows if self.role_router else {}) for k in range(len(environments))]
         self._log(unfinished_rate(unfinished, failed), mode)  # a failed rollout's forfeits are not the policy's

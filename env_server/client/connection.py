@@ -226,8 +226,8 @@ class MuxClient:
     async def _reattach(self) -> None:
         async def attach(session: MuxSession) -> None:
             try:
-                await self._request({"type": "attach", "session_id": session.session_id,
-                                     "data": {"resume_token": session.resume_token}}, resend=False, wait=False)
+                await self.request({"type": "attach", "session_id": session.session_id,
+                                    "data": {"resume_token": session.resume_token}}, resend=False, wait=False)
             except MuxError as exc:
                 # Any refusal loses the session on this connection: UNKNOWN_SESSION (restarted
                 # without state, or past the window), RESUME_DENIED, or CAPACITY_REACHED (the
@@ -313,14 +313,14 @@ class MuxClient:
         The ``open`` carries a fresh ``open_id`` (128 random bits), so when it is re-sent after
         a reconnect the server answers with the session the first one opened, if it did
         (RFC 0001, "Re-sent opens"), instead of leaving that one orphaned."""
-        frame, _ = await self._request({"type": "open", "data": {"open_id": os.urandom(16).hex()}})
+        frame, _ = await self.request({"type": "open", "data": {"open_id": os.urandom(16).hex()}})
         session = MuxSession(self, frame["data"]["session_id"], frame["data"]["resume_token"])
         self._sessions[session.session_id] = session
         return session
 
     async def attach(self, session_id: str, resume_token: str) -> MuxSession:
         """Re-attach a session opened elsewhere (e.g. by a process that died)."""
-        await self._request({"type": "attach", "session_id": session_id, "data": {"resume_token": resume_token}})
+        await self.request({"type": "attach", "session_id": session_id, "data": {"resume_token": resume_token}})
         session = self._sessions.get(session_id) or MuxSession(self, session_id, resume_token)
         self._sessions[session_id] = session
         return session
@@ -329,7 +329,7 @@ class MuxClient:
         """Round trip to the server, seconds."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        await self._request({"type": "ping", "data": {}})
+        await self.request({"type": "ping", "data": {}})
         return loop.time() - start
 
     async def send_raw(self, text: str | bytes) -> None:
@@ -337,8 +337,12 @@ class MuxClient:
         await self.connect()
         await self._ws.send(text)
 
-    async def _request(self, frame: dict[str, Any], resend: bool = True,
-                       wait: bool = True) -> tuple[dict[str, Any], bytes]:
+    def forget_session(self, session_id: str) -> None:
+        """Stop tracking a closed session (it is not re-attached after a reconnect)."""
+        self._sessions.pop(session_id, None)
+
+    async def request(self, frame: dict[str, Any], resend: bool = True,
+                      wait: bool = True) -> tuple[dict[str, Any], bytes]:
         """Send ``frame`` with a fresh request id and return the reply (frame, raw bytes).
         ``resend``: re-send it after a reconnect; ``wait``: wait for a reconnect in progress
         first (``False`` only for the re-attachment the reconnect itself sends)."""

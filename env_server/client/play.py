@@ -112,7 +112,7 @@ class PlayReport:
     step_latencies: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     #: episodes played again from the start on another replica after theirs was lost
-    replays: int = 0
+    reruns: int = 0
     #: episodes per replica URL (where each graded episode was played)
     per_replica: Counter[str] = field(default_factory=Counter)
     #: every episode attempted (one request each) and the failed ones, typed with their message
@@ -159,7 +159,7 @@ class PlayReport:
             "steps_per_s": round(self.steps / self.seconds, 1) if self.seconds else 0.0,
             "step_p50_ms": round(self.latency_ms(0.50), 2),
             "step_p99_ms": round(self.latency_ms(0.99), 2),
-            "replays": self.replays,
+            "reruns": self.reruns,
             "per_replica": dict(self.per_replica),
             "failures": self.failures.summary(),
         }
@@ -202,7 +202,7 @@ async def _play_episode(session: MuxSession, debaters: ScriptedDebaters, problem
 async def play(url: str, problems: ProblemSource, episodes: int, concurrency: int, policy: Policy = "noisy",
                p: float = 0.3, seed: int = 0, connections: int = 1, token: str | None = None,
                max_rounds: int | None = None, progress: bool = True, mode: str | None = None,
-               replay_after_s: float = 30.0) -> PlayReport:
+               rerun_after_s: float = 30.0) -> PlayReport:
     """Play ``episodes`` debates, ``concurrency`` at a time, over ``connections`` connections
     per server.
 
@@ -220,9 +220,9 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
         progress: show a tqdm progress bar.
         mode: ``"debate"`` or ``"single"`` for every episode (RFC 0006); ``None``: the
             server's default.
-        replay_after_s: how long a session's server may stay unreachable (the reconnect
+        rerun_after_s: how long a session's server may stay unreachable (the reconnect
             budget) before its episode is played again from the start on another replica
-            (counted in ``replays``); a session the server lost is re-run at once.
+            (counted in ``reruns``); a session the server lost is re-run at once.
 
     Returns:
         The aggregated :class:`PlayReport`.
@@ -230,7 +230,7 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
     from tqdm import tqdm
 
     debaters = ScriptedDebaters(policy, p, problems, random.Random(seed))
-    pools = [ReplicaPool(url, token, reconnect_budget_s=replay_after_s) for _ in range(max(1, connections))]
+    pools = [ReplicaPool(url, token, reconnect_budget_s=rerun_after_s) for _ in range(max(1, connections))]
     report = PlayReport()
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(episodes):
@@ -266,7 +266,7 @@ async def play(url: str, problems: ProblemSource, episodes: int, concurrency: in
                                 report.fail("replica_lost", RequestFailure(
                                     "env_replica_lost", first_lines(f"{type(exc).__name__}: {exc}")))
                             else:
-                                report.replays += 1
+                                report.reruns += 1
                 except MuxError as exc:
                     report.fail(exc.code, RequestFailure(f"env_{exc.code.lower()}", first_lines(str(exc))))
                     if exc.code == "UNKNOWN_PROBLEM":

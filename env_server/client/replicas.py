@@ -73,7 +73,7 @@ class ReplicaPool:
 
     Attributes:
         clients: one ``MuxClient`` per replica, in ``urls`` order.
-        replays: episodes re-run on another replica (counted by the callers that re-run them:
+        reruns: episodes re-run on another replica (counted by the callers that re-run them:
             :meth:`count_rerun`).
     """
 
@@ -85,7 +85,7 @@ class ReplicaPool:
         self.clients = [MuxClient(url, token, request_timeout_s, batch=batch, reconnect_budget_s=reconnect_budget_s,
                                   compression=compression) for url in self.urls]
         self.retry_down_s = retry_down_s
-        self.replays = 0
+        self.reruns = 0
         self._down_until = [0.0] * len(self.clients)
         #: opens sent to each replica and not yet answered: they count as load, so that many
         #: concurrent first opens spread over the replicas instead of all seeing the same
@@ -111,7 +111,7 @@ class ReplicaPool:
 
     def replica_of(self, session: MuxSession) -> str:
         """The base URL of the replica holding ``session``."""
-        return self.urls[self.clients.index(session.client)]
+        return next(url for url, client in zip(self.urls, self.clients, strict=True) if client is session.client)
 
     async def open_session(self) -> MuxSession:
         """Open a session on the least-loaded healthy replica; a replica that fails to
@@ -138,7 +138,7 @@ class ReplicaPool:
 
     def count_rerun(self) -> None:
         """Count one episode re-run on another replica."""
-        self.replays += 1
+        self.reruns += 1
 
     async def close(self) -> None:
         """Close every connection (sessions stay on their replicas for the resume window)."""
@@ -161,9 +161,9 @@ class SyncReplicaPool:
         return self.pool.urls
 
     @property
-    def replays(self) -> int:
+    def reruns(self) -> int:
         """Episodes re-run on another replica."""
-        return self.pool.replays
+        return self.pool.reruns
 
     def count_rerun(self) -> None:
         """Count one episode re-run on another replica."""

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from env_server.protocol.markers import EpisodeMode, Role
 from env_server.protocol.models import DebateObservation, EpisodeRewards
 
-if TYPE_CHECKING:
-    from env_server.client.connection import MuxClient
-
 __all__ = ["DEFAULT_RECONNECT_BUDGET_S", "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_REWARDS_TIMEOUT_S", "GRADED_EPISODE_WAIT_S",
-           "MuxError", "MuxSession", "SessionLostError", "StepResult", "payload_bytes"]
+           "MuxError", "MuxSession", "SessionLostError", "SessionTransport", "StepResult", "payload_bytes"]
 
 
 DEFAULT_RECONNECT_BUDGET_S = 120.0
@@ -85,10 +82,24 @@ def payload_bytes(frame_text: str | bytes) -> bytes:
     return raw[start:-1]
 
 
-class MuxSession:
-    """A session on a :class:`MuxClient`. Create with ``client.open_session()``."""
+class SessionTransport(Protocol):
+    """What a :class:`MuxSession` uses of its connection (``MuxClient``'s public members)."""
 
-    def __init__(self, client: MuxClient, session_id: str, resume_token: str) -> None:
+    reconnect_enabled: bool
+
+    @property
+    def reconnecting(self) -> bool: ...
+
+    async def request(self, frame: dict[str, Any], resend: bool = True,
+                      wait: bool = True) -> tuple[dict[str, Any], bytes]: ...
+
+    def forget_session(self, session_id: str) -> None: ...
+
+
+class MuxSession:
+    """A session on a ``MuxClient`` (any :class:`SessionTransport`). Create with ``client.open_session()``."""
+
+    def __init__(self, client: SessionTransport, session_id: str, resume_token: str) -> None:
         self.client = client
         self.session_id = session_id
         self.resume_token = resume_token
@@ -104,7 +115,7 @@ class MuxSession:
         if self.lost is not None:
             raise self.lost
         try:
-            return await self.client._request({"type": type_, "session_id": self.session_id, "data": data or {}})
+            return await self.client.request({"type": type_, "session_id": self.session_id, "data": data or {}})
         except MuxError as exc:
             lost = self._lost_error()  # (a method: set by the reconnect while this request waited)
             if lost is not None and exc.code == "UNKNOWN_SESSION":
@@ -144,8 +155,8 @@ class MuxSession:
             if not (chosen and exc.code == "EPISODE_ID_IN_USE"):
                 raise
             # our own id: the reset was re-sent after a lost reply and had already happened
-            replay = await self.state(t=0, episode_id=episode_id)
-            result = StepResult.from_payload(orjson.loads(replay["observation_raw"]), replay["observation_raw"])
+            first = await self.state(t=0, episode_id=episode_id)
+            result = StepResult.from_payload(orjson.loads(first["observation_raw"]), first["observation_raw"])
         self.episode_id = result.observation.episode_id
         self.next_t = result.observation.t
         return result
@@ -200,7 +211,7 @@ class MuxSession:
         except MuxError as exc:
             if exc.code != "UNKNOWN_SESSION" and not isinstance(exc, SessionLostError):
                 raise
-        self.client._sessions.pop(self.session_id, None)
+        self.client.forget_session(self.session_id)
 
     def _on_rewards(self, data: dict[str, Any]) -> None:
         if data.get("status") == "graded" and data.get("record"):

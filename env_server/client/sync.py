@@ -4,8 +4,9 @@ run on an event loop in a daemon thread (:class:`LoopThread`)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
 from env_server.client.connection import MuxClient
@@ -32,17 +33,30 @@ class LoopThread:
     the portal's thread is not a daemon, so a client nobody closes (TRL never closes the
     environments it builds) would keep the interpreter from exiting."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "mathdebate-client") -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="mathdebate-client", daemon=True)
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` on the loop; its future, without waiting."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def stop(self) -> None:
+    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run ``coro`` on the loop and block for its result.
+
+        Raises:
+            TimeoutError: no result within ``timeout_s`` seconds (``None``: wait as long as it takes).
+        """
+        return self.submit(coro).result(timeout_s)
+
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the loop's thread."""
+        self.loop.call_soon_threadsafe(callback)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
+        self.thread.join(timeout=timeout_s)
 
 
 class SyncMuxSession:

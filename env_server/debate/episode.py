@@ -9,7 +9,7 @@ answer the verifier rejected, or the verifier repeats its previous review (RFC 0
 In ``single`` mode an episode is one solver turn: the solver answers once and the episode is
 over (no verifier, no judge).
 
-Every observation is serialised once, when it is created, and kept: ``replay(t)`` returns the
+Every observation is serialised once, when it is created, and kept: ``observation_at(t)`` returns the
 exact bytes that were sent for observation ``t`` (``state(t)``, RFC 0004).
 """
 
@@ -148,7 +148,7 @@ class DebateEpisode:
                                   t=t, next_t=self.step_count)
         return self._observations[t + 1]
 
-    def replay(self, t: int) -> bytes:
+    def observation_at(self, t: int) -> bytes:
         """The exact payload bytes of observation ``t``, as sent when it was created.
 
         Valid ``t`` are the observations at which a role acted or must act:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import orjson
 
-__all__ = ["pending_rewards_body", "replay_body", "rewards_body"]
+__all__ = ["pending_rewards_body", "rewards_body", "state_body"]
 
 
-def replay_body(t: int, episode_id: str, observation: bytes) -> bytes:
+def state_body(t: int, episode_id: str, observation: bytes) -> bytes:
     """``{"t", "episode_id", "observation"}`` with the stored observation bytes verbatim."""
     return b"".join((b'{"t":', orjson.dumps(t), b',"episode_id":', orjson.dumps(episode_id),
                      b',"observation":', observation, b"}"))

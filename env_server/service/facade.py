@@ -3,7 +3,7 @@
 It ties the pieces together: problems -> ``DebateEpisode`` -> grading pool -> rewards record
 -> the owning connection told (``Connection.rewards_ready``), pull by id, trajectory log.
 Transports (HTTP, ``/ws``, ``/ws/mux``) translate frames into the operations below (open,
-attach, detach, reset, step, state, replay, rewards, close) and their results, which are
+attach, detach, reset, step, state, state_at, rewards, close) and their results, which are
 payload bytes (stored observation and record JSON, sent verbatim), into frames; they never
 touch sessions or episodes themselves. This module builds no wire envelope.
 
@@ -37,7 +37,7 @@ from env_server.protocol.errors import (
     UnknownProblemIdError,
 )
 from env_server.protocol.models import DebateAction, ResetRequest, RewardsStatus
-from env_server.protocol.payloads import replay_body
+from env_server.protocol.payloads import state_body
 from env_server.service import viewer_queries
 from env_server.service.config import ServerConfig
 from env_server.service.episodes import EpisodeEntry, EpisodeStore
@@ -261,7 +261,7 @@ class DebateService(GradingFinalisation):
         session.touch()
         self.counters["steps"] += 1
         if turn.needs_grade:
-            entry.grades[turn.t] = self._grade(entry, turn)
+            entry.grades[turn.t] = self.grade_turn(entry, turn)
         done = episode.done
         if done:
             if not any(isinstance(grade, asyncio.Future) for grade in entry.grades.values()):
@@ -269,9 +269,7 @@ class DebateService(GradingFinalisation):
                 # this step's reply is queued, without a task (the common case under load)
                 asyncio.get_running_loop().call_soon(self._record, entry)
             else:
-                task = asyncio.create_task(self._finalize(entry))
-                self._finalizers.add(task)
-                task.add_done_callback(self._finalizers.discard)
+                self.finalize_later(entry)
         return entry, StepReply(episode.last_observation, done)
 
     @staticmethod
@@ -330,7 +328,7 @@ class DebateService(GradingFinalisation):
         session.touch()
         return state_data(session.entry)
 
-    def replay(self, session_id: str, t: int, episode_id: str | None = None, owner: Connection | None = None) -> bytes:
+    def state_at(self, session_id: str, t: int, episode_id: str | None = None, owner: Connection | None = None) -> bytes:
         """``state(t)``: ``{"t", "episode_id", "observation"}`` with observation ``t`` of the
         current episode, or of ``episode_id`` (an earlier, retained episode of the session),
         exactly as it was sent (RFC 0004).
@@ -344,14 +342,14 @@ class DebateService(GradingFinalisation):
         session = self.sessions.get(session_id, owner)
         session.touch()
         entry = self._entry_for(session, episode_id)
-        return replay_body(t, entry.episode_id, entry.episode.replay(t))
+        return state_body(t, entry.episode_id, entry.episode.observation_at(t))
 
     def rewards(self, session_id: str, episode_id: str | None = None, owner: Connection | None = None) -> RewardsReply:
         """The delayed-reward status of ``episode_id`` (default: the session's current or
         last episode), graded or pending.
 
         Raises:
-            UnknownSessionError, NoEpisodeError, UnknownEpisodeError: as :meth:`replay`.
+            UnknownSessionError, NoEpisodeError, UnknownEpisodeError: as :meth:`state_at`.
         """
         session = self.sessions.get(session_id, owner)
         session.touch()
@@ -395,17 +393,17 @@ class DebateService(GradingFinalisation):
         """
         return state_data(self.episodes.get(episode_id))
 
-    def episode_replay(self, episode_id: str, t: int) -> bytes:
-        """:meth:`replay` of any known episode, by id.
+    def episode_state_at(self, episode_id: str, t: int) -> bytes:
+        """:meth:`state_at` of any known episode, by id.
 
         Raises:
             UnknownEpisodeError: never started, abandoned, or past retention.
             OutOfRangeError: ``t`` is not an observation of the episode.
         """
         entry = self.episodes.get(episode_id)
-        return replay_body(t, entry.episode_id, entry.episode.replay(t))
+        return state_body(t, entry.episode_id, entry.episode.observation_at(t))
 
-    def episode_rewards(self, episode_id: str) -> RewardsStatus:
+    def rewards_status(self, episode_id: str) -> RewardsStatus:
         """The delayed-reward status of any known episode, by id, as a model.
 
         Raises:

@@ -38,8 +38,9 @@ class GradingFinalisation:
     counters: dict[str, int]
     _trajectory: IO[bytes] | None
     _unpushed: dict[str, list[EpisodeEntry]]
+    _finalizers: set[asyncio.Task[None]]
 
-    def _grade(self, entry: EpisodeEntry, turn: TurnRecord) -> Grade | asyncio.Future[Grade]:
+    def grade_turn(self, entry: EpisodeEntry, turn: TurnRecord) -> Grade | asyncio.Future[Grade]:
         """The grade when it is known at once (rules, exact path, cache), else the future of
         the worker's grade."""
         gold = entry.episode.problem.answer
@@ -66,6 +67,17 @@ class GradingFinalisation:
                 self.journal.append(StateJournal.grade_frame(episode_id, t, done.result()))
             except OSError:
                 log.exception("state journal: could not write the grade of %s turn %d", episode_id, t)
+
+    def finalize_later(self, entry: EpisodeEntry) -> None:
+        """Finalise ``entry`` in a task once its pending grades are in (the service awaits the
+        tasks still running at shutdown)."""
+        task = asyncio.create_task(self._finalize(entry))
+        self._finalizers.add(task)
+        task.add_done_callback(self._finalizers.discard)
+
+    def hold_for_push(self, session_id: str, entry: EpisodeEntry) -> None:
+        """Push ``entry``'s record to the mux session ``session_id`` when it re-attaches."""
+        self._unpushed.setdefault(session_id, []).append(entry)
 
     async def _finalize(self, entry: EpisodeEntry) -> None:
         for t, grade in list(entry.grades.items()):
@@ -97,7 +109,7 @@ class GradingFinalisation:
             return
         if session.owner is None:  # detached (mux: pushed when it re-attaches; HTTP: pull only)
             if session.kind == "mux":
-                self._unpushed.setdefault(session.session_id, []).append(entry)
+                self.hold_for_push(session.session_id, entry)
             return
         assert entry.record_json is not None
         session.owner.rewards_ready(session.session_id, rewards_body(entry.episode_id, entry.record_json))

@@ -1,7 +1,8 @@
 """Journal recovery and upkeep (``serve --state-dir``): the live state as journal frames (the
 snapshot written at start and at each compaction), the state rebuilt from a recovered journal,
-compaction and the periodic fsync. ``restore_state`` works on the service's own state (its
-pending grades, finalisers and unpushed records): it is the service's code, kept apart."""
+compaction and the periodic fsync. ``restore_state`` rebuilds into the service through its
+public members (:class:`RecoveryTarget`: grading a turn, finalising later, holding a record for
+a push), never its private state."""
 
 from __future__ import annotations
 
@@ -9,22 +10,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import orjson
 
-from env_server.debate.episode import DebateEpisode
+from env_server.debate.episode import DebateEpisode, TurnRecord
+from env_server.debate.problems import ProblemSource
 from env_server.protocol.grades import Grade
 from env_server.protocol.markers import EpisodeMode, Role
 from env_server.protocol.models import DebateAction
+from env_server.service.config import ServerConfig
 from env_server.service.episodes import EpisodeEntry, EpisodeStore
 from env_server.service.journal import RecoveredState, StateJournal
 from env_server.service.sessions import SessionRegistry
 
-if TYPE_CHECKING:
-    from env_server.service.facade import DebateService
-
-__all__ = ["compact", "fsync_forever", "restore_state", "snapshot_frames"]
+__all__ = ["RecoveryTarget", "compact", "fsync_forever", "restore_state", "snapshot_frames"]
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,23 @@ def snapshot_frames(sessions: SessionRegistry, episodes: EpisodeStore) -> Iterat
                 yield StateJournal.grade_frame(entry.episode_id, t, grade)
 
 
-def restore_state(service: DebateService, state: RecoveredState) -> None:
+class RecoveryTarget(Protocol):
+    """What :func:`restore_state` rebuilds into (the service, through its public members)."""
+
+    sessions: SessionRegistry
+    episodes: EpisodeStore
+    problems: ProblemSource
+    config: ServerConfig
+    counters: dict[str, int]
+
+    def grade_turn(self, entry: EpisodeEntry, turn: TurnRecord) -> Grade | asyncio.Future[Grade]: ...
+
+    def finalize_later(self, entry: EpisodeEntry) -> None: ...
+
+    def hold_for_push(self, session_id: str, entry: EpisodeEntry) -> None: ...
+
+
+def restore_state(service: RecoveryTarget, state: RecoveredState) -> None:
     """Rebuild sessions and episodes from the journal: each episode replays its actions
     (the debate is deterministic given problem and actions); an episode that was over
     but not graded is graded now, with the journaled worker grades; records graded
@@ -93,15 +109,13 @@ def restore_state(service: DebateService, state: RecoveredState) -> None:
                                   orjson.loads(logged_episode.record_json)["episode_reward"])
             graded.append((logged_episode.graded_at, entry))
             if session is not None and state.last_write - logged_episode.graded_at <= service.config.resume_window_s:
-                service._unpushed.setdefault(session.session_id, []).append(entry)
+                service.hold_for_push(session.session_id, entry)
             continue
         for turn in episode.turns:  # the journaled worker grades, else graded again
             if turn.needs_grade:
-                entry.grades[turn.t] = logged_episode.grades.get(turn.t) or service._grade(entry, turn)
+                entry.grades[turn.t] = logged_episode.grades.get(turn.t) or service.grade_turn(entry, turn)
         if episode.done:
-            task = asyncio.create_task(service._finalize(entry))
-            service._finalizers.add(task)
-            task.add_done_callback(service._finalizers.discard)
+            service.finalize_later(entry)
     for graded_at, entry in sorted(graded, key=lambda item: item[0]):
         service.episodes.mark_graded(entry, now_mono - (now_wall - graded_at))
     service.counters["sessions_recovered"] = len(state.sessions)

@@ -50,7 +50,7 @@ def episode_view(episodes: EpisodeStore, episode_id: str) -> dict[str, Any]:
     """One known episode in full, for reading: ``{episode_id, problem_id, problem, mode,
     max_rounds, done, graded, turns, rewards, max_t}`` with ``turns`` as ``{t, role, round,
     content}``, ``rewards`` the record once graded (else ``None``) and ``max_t`` the last
-    observation ``state(t)`` replays (``DebateService.episode_replay``). No reference answer.
+    observation ``state(t)`` replays (``DebateService.episode_state_at``). No reference answer.
 
     Raises:
         UnknownEpisodeError: never started, abandoned, or past retention.

@@ -322,7 +322,7 @@ class MuxConnection:
     def _state(self, frame: StateFrame) -> bytes:
         if frame.data.t is None:
             return encode_frame("state", frame.request_id, frame.session_id, self.service.state(frame.session_id, self))
-        body = self.service.replay(frame.session_id, frame.data.t, frame.data.episode_id, self)
+        body = self.service.state_at(frame.session_id, frame.data.t, frame.data.episode_id, self)
         return encode_frame("replay", frame.request_id, frame.session_id, raw_data=body)
 
     def _rewards(self, frame: RewardsFrame) -> bytes | None:

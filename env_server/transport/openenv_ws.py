@@ -121,7 +121,7 @@ async def _handle(raw: str | bytes, session_id: str, connection: _OpenEnvConnect
             return encode_openenv_frame("observation", raw_data=reply.observation)
         if isinstance(msg, WSStateMessage):
             if msg.data is not None and msg.data.t is not None:
-                body = service.replay(session_id, msg.data.t, msg.data.episode_id, connection)
+                body = service.state_at(session_id, msg.data.t, msg.data.episode_id, connection)
                 return encode_openenv_frame("state", raw_data=body)
             return encode_openenv_frame("state", service.state(session_id, connection))
         return None  # close

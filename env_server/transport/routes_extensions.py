@@ -28,7 +28,7 @@ def extensions_router(service: DebateService) -> APIRouter:
                 responses={202: {"model": RewardsStatus}, 404: {"description": "unknown or expired"}})
     async def episode_rewards(episode_id: str) -> Any:
         """The delayed-reward record: 200 when graded, 202 while pending, 404 unknown/expired."""
-        status = service.episode_rewards(episode_id)
+        status = service.rewards_status(episode_id)
         return JSONResponse(status.model_dump(mode="json"), status_code=200 if status.status == "graded" else 202)
 
     @router.get("/stats")

@@ -130,7 +130,7 @@ def openenv_router(service: DebateService) -> APIRouter:
         if episode_id is None:
             return {"episode_id": None, "step_count": 0}
         if t is not None:
-            return Response(service.episode_replay(episode_id, t), media_type=_JSON)
+            return Response(service.episode_state_at(episode_id, t), media_type=_JSON)
         return service.episode_state(episode_id)
 
     return router

@@ -14,11 +14,11 @@ record is not a valid rewards record, are skipped and counted.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from env_server.jsonio import read_jsonl
 from env_server.protocol.errors import UnknownEpisodeError
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
@@ -55,25 +55,21 @@ class TrajectoryFile:
         self._problems = problems
         self._episodes: dict[str, dict[str, Any]] = {}
         self.skipped: list[int] = []
-        with self.path.open("rb") as f:
-            for n, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    line = json.loads(raw)
-                    rewards = line.get("rewards")
-                    record = None if rewards is None else EpisodeRewards.model_validate(rewards).model_dump(mode="json")
-                    turns = [{"t": int(turn["t"]), "role": Role(turn["role"]).value, "round": int(turn["round"]),
-                              "content": str(turn["content"]), "policy": _text(turn.get("policy"))}
-                             for turn in line["turns"]]
-                    episode = {"episode_id": str(line["episode_id"]), "problem_id": str(line["problem_id"]),
-                               "problem": _text(line.get("problem")), "gold": _text(line.get("gold")),
-                               "mode": line.get("mode"), "turns": turns, "rewards": record}
-                except (ValueError, KeyError, TypeError, AttributeError):  # a torn or foreign line
-                    self.skipped.append(n)
-                    continue
-                self._episodes.pop(episode["episode_id"], None)  # a repeated id: the last line wins
-                self._episodes[episode["episode_id"]] = episode
+        for n, line in read_jsonl(self.path, on_bad_line=lambda error: self.skipped.append(error.line)):
+            try:
+                rewards = line.get("rewards")
+                record = None if rewards is None else EpisodeRewards.model_validate(rewards).model_dump(mode="json")
+                turns = [{"t": int(turn["t"]), "role": Role(turn["role"]).value, "round": int(turn["round"]),
+                          "content": str(turn["content"]), "policy": _text(turn.get("policy"))}
+                         for turn in line["turns"]]
+                episode = {"episode_id": str(line["episode_id"]), "problem_id": str(line["problem_id"]),
+                           "problem": _text(line.get("problem")), "gold": _text(line.get("gold")),
+                           "mode": line.get("mode"), "turns": turns, "rewards": record}
+            except (ValueError, KeyError, TypeError, AttributeError):  # a foreign line (torn ones: on_bad_line)
+                self.skipped.append(n)
+                continue
+            self._episodes.pop(episode["episode_id"], None)  # a repeated id: the last line wins
+            self._episodes[episode["episode_id"]] = episode
         self._order = sorted((e for e in self._episodes.values() if e["rewards"] is not None),
                              key=lambda e: e["rewards"]["graded_at"], reverse=True)
 

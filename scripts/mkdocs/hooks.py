@@ -40,10 +40,8 @@ log = logging.getLogger("mkdocs.hooks.mathdebate")
 
 CONFIG_MARKER = "<!-- trainconfig-reference -->"
 PACKAGES = ("env_server", "trainer_client")
-#: Modules that only re-export names under a documented path (docs/architecture.md): their
-#: objects are documented where they are defined.
-REEXPORTS = {"env_server.markers", "env_server.models", "env_server.replicas", "trainer_client.shaping",
-             "trainer_client.role_mapping", "trainer_client.group_norm", "trainer_client.reward_functions"}
+#: Modules that only re-export names (none since the documented paths are where names are defined).
+REEXPORTS: set[str] = set()
 
 
 # --- pages that live elsewhere in the repository -----------------------------------------------

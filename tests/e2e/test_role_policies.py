@@ -28,7 +28,7 @@ from trainer_client.experiments.episode_eval import evaluate_episodes
 from trainer_client.experiments.reporting import read_metrics
 from trainer_client.experiments.run_policies import load_run_policies
 from trainer_client.experiments.train import run_training
-from trainer_client.losses.base import AuxiliaryLoss
+from trainer_client.losses.base import LossChannel
 from trainer_client.policies.adapters import adapter_parameters, attach_adapters, use_route
 from trainer_client.rollout.environment import environment_factory
 from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
@@ -40,7 +40,7 @@ ADAPTERS = ["-o", "policies.solver.adapter=solver", "-o", "policies.verifier.ada
             "-o", "policies.judge.frozen=true"]
 
 
-class Recorder(AuxiliaryLoss):
+class Recorder(LossChannel):
     """A loss channel that adds nothing and keeps each scored batch (the public channel contract)."""
 
     def __init__(self) -> None:
@@ -76,7 +76,7 @@ def test_each_turn_is_generated_by_its_roles_adapter(server_url, tiny_model_dir,
     trainer = DebateGRPOTrainer(model=model, args=args, train_dataset=_dataset(8),
                                 processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
                                 environment_factory=environment_factory(server_url, max_rounds=1), policies=policies,
-                                auxiliary_losses=[recorder])
+                                channels=[recorder])
     trainer.train()
     (output, segments), = recorder.batches
     ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)

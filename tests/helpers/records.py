@@ -54,3 +54,17 @@ def make_record(
     )
     return EpisodeRewards(episode_id=episode_id, problem_id="p", turns=turns, episode_reward=float(final),
                           facts=facts, graded_at=0.0)
+
+
+def per_role_normalize(values, roles, group_ids, scale: bool = True):
+    """GRPO's per-(group, role) normalisation exactly as ``credit.advantages`` runs it: the one
+    ``group_norm.group_normalize`` over ``role_samples.role_group_keys``, TRL's eps, lone samples 0,
+    in the dtype of ``values``."""
+    import numpy as np
+
+    from trainer_client.credit.group_norm import GRPO_EPS, group_normalize
+    from trainer_client.credit.role_samples import role_group_keys
+
+    values = np.asarray(values)
+    return group_normalize(values, role_group_keys(roles, group_ids), scale=scale, eps=GRPO_EPS,
+                           singleton="zero").astype(values.dtype)

@@ -20,7 +20,7 @@ and writes the outputs into TRL's batch):
 6. **shaping**: the configured strategy turns each sample's ``G`` into a shaped reward
    (``role_samples.shape_samples``; a strategy that raises gives the raw rewards for the batch).
 7. **advantage estimator**: ``grpo`` normalises per (group, role) with TRL's convention
-   (``role_samples.group_normalize``, through ``group_norm.group_normalize``); ``grpo_turn`` per
+   (``group_norm.group_normalize`` over ``role_samples.role_group_keys``); ``grpo_turn`` per
    (group, role, that role's k-th turn) (``turn_groups.turn_group_values``); ``gigpo`` adds
    a step-level advantage over anchor states (``step_credit.gigpo_turn_values``; its step
    inputs from :func:`gigpo_steps`). Either way each debate turn gets one advantage; judge
@@ -29,7 +29,7 @@ and writes the outputs into TRL's batch):
    produced it (``spans.role_spans``, ``role_samples.token_tensors``); tokens of no trained
    turn (judge, tool output, after the debate) and of dropped rollouts are masked out of the loss.
 
-Steps 1-2 run on this process's ``B`` rollouts (:func:`episode_rewards`), steps 4-8 on the
+Steps 1-2 run on this process's ``B`` rollouts (:func:`rescored_records`), steps 4-8 on the
 gathered batch (:func:`batch_advantages`). Shapes: ``B`` rollouts on this process, ``N`` role
 samples on all processes, ``T`` completion tokens.
 """
@@ -49,10 +49,11 @@ from env_server.protocol.models import EpisodeRewards
 from trainer_client.credit.failed_rollouts import drop_failed_rollouts
 from trainer_client.credit.fidelity import credit_fidelity
 from trainer_client.credit.gigpo import NormMode
+from trainer_client.credit.group_norm import GRPO_EPS, group_normalize
 from trainer_client.credit.role_samples import (
     RoleSamples,
     build_role_samples,
-    group_normalize,
+    role_group_keys,
     shape_samples,
     token_tensors,
     turn_values,
@@ -62,7 +63,7 @@ from trainer_client.credit.step_credit import gigpo_turn_values, rollout_steps, 
 from trainer_client.credit.turn_groups import turn_group_values
 from trainer_client.rollout.spans import Segment, role_spans
 
-__all__ = ["BatchAdvantages", "GiGPOInputs", "batch_advantages", "episode_rewards", "gigpo_steps", "score_unfinished_debates",
+__all__ = ["BatchAdvantages", "GiGPOInputs", "batch_advantages", "gigpo_steps", "rescored_records", "score_unfinished_debates",
            "shuffle_episode_rewards", "user_rewards"]
 
 log = logging.getLogger(__name__)
@@ -240,7 +241,8 @@ def batch_advantages(
     elif by_turn:
         per_turn_all = turn_group_values(samples, shaped, scale=scale)
     else:
-        sample_advantages = group_normalize(shaped, samples.roles, samples.group_ids, scale=scale)
+        sample_advantages = group_normalize(shaped, role_group_keys(samples.roles, samples.group_ids), scale=scale,
+                                            eps=GRPO_EPS, singleton="zero").astype(shaped.dtype)
         per_turn_all = turn_values(samples, sample_advantages)
     kept_rows = [k for k, out in enumerate(dropped) if not out]  # a dropped rollout has no credit to judge
     metrics.update(credit_fidelity([all_records[k] for k in kept_rows], [per_turn_all[k] for k in kept_rows]))
@@ -274,7 +276,7 @@ def user_rewards(runner: Any, prompts: Sequence[Sequence[dict[str, Any]]], compl
                      "reward_function/invalid_fraction": float(np.mean([not r.is_score_valid for r in results]))}
 
 
-def episode_rewards(records: Sequence[EpisodeRewards], *, user_results: Sequence[Any] | None = None,
+def rescored_records(records: Sequence[EpisodeRewards], *, user_results: Sequence[Any] | None = None,
                     use_score: bool = True, unfinished: Sequence[bool] | None = None,
                     unfinished_reward: float | None = 0.0) -> list[EpisodeRewards]:
     """Steps 1 and 2 on this process's ``B`` records: the user's valid scores replace ``G``

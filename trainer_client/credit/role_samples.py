@@ -5,7 +5,7 @@ holds several turns, each a token range (a :class:`~trainer_client.rollout.spans
 
     records --build_role_samples--> samples (one per (rollout, role))
             --shape_samples--------> per-sample shaped rewards (N,)
-            --group_normalize----> per-sample advantages (N,)          [optional, GRPO-style]
+            --group_normalize----> per-sample advantages (N,)          [group_norm, keys: role_group_keys]
             --turn_values--------> per-turn values, one array per rollout
             --token_tensors------> advantages (B, T) float32, loss_mask (B, T) bool
 
@@ -22,14 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
-from trainer_client.credit.group_norm import GRPO_EPS
-from trainer_client.credit.group_norm import group_normalize as group_normalize_by_key
 from trainer_client.credit.shaping.base import RewardShapingStrategy, ShapedRewards, ShapingBatch, role_mask
 from trainer_client.rollout.spans import Segment
 
@@ -40,8 +38,8 @@ __all__ = [
     "RoleSamples",
     "announce_strategy",
     "build_role_samples",
-    "group_normalize",
     "resolve_sample_values",
+    "role_group_keys",
     "shape_samples",
     "token_tensors",
     "turn_values",
@@ -201,34 +199,24 @@ def announce_strategy(strategy: RewardShapingStrategy) -> None:
         log.info("reward shaping: %s with %s", strategy.name, strategy.params.model_dump())
 
 
-def group_normalize(
-    values: np.ndarray,
-    roles: Sequence[Role | str],
-    group_ids: Sequence[Hashable],
-    scale: bool = True,
-    eps: float = GRPO_EPS,
-) -> np.ndarray:
-    """GRPO group normalisation per role: ``(v − mean) / (std + eps)`` over each (group id,
-    role) group, through :func:`trainer_client.credit.group_norm.group_normalize` (Bessel-corrected
-    std, as TRL's ``GRPOTrainer``; a one-sample group gets 0). Judge samples are in no group and get 0.
+def role_group_keys(roles: Sequence[Role | str], group_ids: Sequence[Hashable]) -> list[tuple[Hashable, Role] | None]:
+    """The GRPO group key of each role sample: ``(group id, role)``, and ``None`` for the judge,
+    which is in no group (so :func:`~trainer_client.credit.group_norm.group_normalize` gives it 0
+    and its zeros never enter a group's statistics).
 
     Args:
-        values: ``(N,)`` float per-sample values (shaped rewards).
         roles, group_ids: length-``N`` roles and group ids.
-        scale: divide by ``std + eps`` (TRL ``scale_rewards="group"``); else only centre.
-        eps: added to the std (TRL uses 1e-4).
 
     Returns:
-        ``(N,)`` advantages in the dtype of ``values``.
+        ``N`` keys.
 
     Raises:
         ValueError: the lengths differ, or an unknown role.
     """
-    if not (values.shape == (len(roles),) == (len(group_ids),)):
-        raise ValueError(f"values {values.shape}, {len(roles)} roles, {len(group_ids)} group ids")
+    if len(roles) != len(group_ids):
+        raise ValueError(f"{len(roles)} roles, {len(group_ids)} group ids")
     typed = [Role(r) for r in roles]
-    keys: list[Any] = [None if role is Role.JUDGE else (gid, role) for gid, role in zip(group_ids, typed, strict=True)]
-    return group_normalize_by_key(values, keys, scale=scale, eps=eps, singleton="zero").astype(values.dtype)
+    return [None if role is Role.JUDGE else (gid, role) for gid, role in zip(group_ids, typed, strict=True)]
 
 
 def turn_values(samples: RoleSamples, sample_values: np.ndarray) -> list[np.ndarray]:

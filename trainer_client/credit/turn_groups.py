@@ -37,9 +37,8 @@ from collections.abc import Hashable
 import numpy as np
 
 from env_server.protocol.markers import Role
-from trainer_client.credit.group_norm import GRPO_EPS
-from trainer_client.credit.group_norm import group_normalize as group_normalize_by_key
-from trainer_client.credit.role_samples import RoleSamples, group_normalize
+from trainer_client.credit.group_norm import GRPO_EPS, group_normalize
+from trainer_client.credit.role_samples import RoleSamples, role_group_keys
 
 __all__ = ["turn_group_values"]
 
@@ -63,7 +62,8 @@ def turn_group_values(samples: RoleSamples, shaped: np.ndarray, scale: bool = Tr
     """
     if shaped.shape != (len(samples.index),):
         raise ValueError(f"shaped rewards have shape {shaped.shape}, expected ({len(samples.index)},)")
-    fallback = group_normalize(shaped, samples.roles, samples.group_ids, scale=scale, eps=eps)
+    fallback = group_normalize(shaped, role_group_keys(samples.roles, samples.group_ids), scale=scale, eps=eps,
+                               singleton="zero")
     position = {key: i for i, key in enumerate(samples.index)}
     keys: list[Hashable] = []
     sites: list[tuple[int, int, int]] = []  # (rollout, t, sample)
@@ -79,7 +79,7 @@ def turn_group_values(samples: RoleSamples, shaped: np.ndarray, scale: bool = Tr
             seen[role] += 1
             sites.append((k, t, i))
     values = [float(shaped[i]) for _, _, i in sites]
-    normalized = group_normalize_by_key(values, keys, scale=scale, eps=eps, singleton="zero")
+    normalized = group_normalize(values, keys, scale=scale, eps=eps, singleton="zero")
     sizes = Counter(keys)
     out = [np.zeros(len(roles), dtype=shaped.dtype) for roles in samples.turn_roles]
     for (k, t, i), key, value in zip(sites, keys, normalized, strict=True):

@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from env_server.jsonio import write_json_atomic
 
 __all__ = ["RESULT_FILE", "ProtocolMismatch", "RunResult", "clear_unfinished", "load_run", "model_identity",
            "run_protocol_hash", "save_run"]
@@ -77,11 +78,8 @@ def run_protocol_hash(settings: dict[str, Any]) -> str:
 def save_run(run_dir: Path, result: RunResult, protocol_hash: str, protocol: dict[str, Any]) -> None:
     """Write ``result.json`` (the result, its protocol and hash) atomically: a run counts as
     finished only once the whole file is there."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     data = {"hash": protocol_hash, "protocol": protocol, "result": dataclasses.asdict(result) | {"reused": False}}
-    tmp = run_dir / (RESULT_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    os.replace(tmp, run_dir / RESULT_FILE)
+    write_json_atomic(run_dir / RESULT_FILE, data, default=str)
 
 
 def load_run(run_dir: Path, protocol_hash: str) -> RunResult | None:

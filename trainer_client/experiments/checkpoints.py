@@ -8,7 +8,7 @@ the data already trained on. What our channels and the environment need besides 
 :class:`CheckpointStateCallback` (``on_save``, after transformers wrote its files):
 
 - per process, ``checkpoint-N/mathdebate/rank<r>.json``: each loss channel's state
-  (``AuxiliaryLoss.state_dict``; trace replay: its replays in flight awaited and stored, the
+  (``LossChannel.state_dict``; trace replay: its replays in flight awaited and stored, the
   pair store's file and byte offset, its pair-sampling stream, the teacher calls, tokens and
   cost used), the shaping strategy's state, and the env-side bookkeeping (the session ledger,
   episodes re-run, the episodes of the checkpoint's last batch);
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,9 +41,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from env_server.jsonio import write_json_atomic
+
 __all__ = ["RANK_DIR", "RESUME_FREE_KEYS", "STATE_FILE", "CheckpointStateCallback", "ResumeError", "ResumeState",
            "channel_keys", "complete_checkpoints", "final_model_from_checkpoint", "load_resume_state", "restore_trainer_state",
-           "resume_checkpoint", "training_config_hash", "weights_fingerprint", "write_json_atomic"]
+           "resume_checkpoint", "training_config_hash", "weights_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -63,21 +64,6 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 class ResumeError(RuntimeError):
     """A resume that cannot continue the run (no complete checkpoint, another number of
     processes, another initial policy); the message says which and what to do."""
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` through a temporary file, fsynced and renamed over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w") as handle:
-        json.dump(data, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def training_config_hash(config: Mapping[str, Any]) -> str:
@@ -229,7 +215,7 @@ def final_model_from_checkpoint(checkpoint: Path, final: Path) -> None:
 
 def channel_keys(channels: Sequence[Any]) -> list[str]:
     """Each loss channel's key in a checkpoint, in order: its registered name (or its class),
-    with ``#<position>`` added to a name an earlier channel already has (two ``aux_losses``
+    with ``#<position>`` added to a name an earlier channel already has (two ``channels``
     entries may share a name, e.g. one per role: one key each, so neither state overwrites the
     other's)."""
     keys: list[str] = []
@@ -274,7 +260,7 @@ class CheckpointStateCallback(TrainerCallback):
                     "last_batch_episodes": [env.trace.record.episode_id for env in environments
                                             if env.trace.record is not None]},
         }
-        write_json_atomic(ranks / f"rank{args.process_index}.json", rank_state)
+        write_json_atomic(ranks / f"rank{args.process_index}.json", rank_state, indent=1)
         trainer.accelerator.wait_for_everyone()  # every process's file is there before the marker
         if state.is_world_process_zero:
             size = self.metrics_path.stat().st_size if self.metrics_path.exists() else 0
@@ -284,6 +270,6 @@ class CheckpointStateCallback(TrainerCallback):
                 "metrics": {"path": str(self.metrics_path), "offset": size},
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 **self.run_state,
-            })
+            }, indent=1)
             log.info("checkpoint %s complete (our state: %.2f s)", checkpoint, time.perf_counter() - start)
         trainer.accelerator.wait_for_everyone()

@@ -21,6 +21,8 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from transformers.utils import logging as transformers_logging
 
+from env_server.jsonio import read_jsonl
+
 __all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "MetricsFileCallback", "QuietProgressCallback",
            "metrics_events", "plot_metrics", "read_metrics", "trailing_mean", "weight_bars_off"]
 
@@ -77,14 +79,12 @@ class MetricsFileCallback(TrainerCallback):
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The step lines of a ``metrics.jsonl`` (:class:`MetricsFileCallback`), in order, without its
     event lines (start, resumes)."""
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [line for line in lines if "event" not in line]
+    return [line for _, line in read_jsonl(path) if "event" not in line]
 
 
 def metrics_events(path: str | Path) -> list[dict[str, Any]]:
     """The event lines of a ``metrics.jsonl``: its ``start`` line and a ``resume`` line per resume."""
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [line for line in lines if "event" in line]
+    return [line for _, line in read_jsonl(path) if "event" in line]
 
 
 class QuietProgressCallback(ProgressCallback):

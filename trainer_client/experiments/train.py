@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,15 @@ MIN_REQUESTS_BEFORE_STOP = 20
 
 
 def _fetch_json(url: str, token: str | None) -> Any:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    """``GET url`` as JSON.
+
+    Raises:
+        httpx.HTTPError: no connection, a timeout (30 s) or an error status.
+    """
+    import httpx
+
+    response = httpx.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=30)
+    return response.raise_for_status().json()
 
 
 def load_model(name: str, output_dir: Path):
@@ -107,7 +112,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
     from trainer_client.credit.shaping import create_strategy_from_config
     from trainer_client.experiments import checkpoints
     from trainer_client.experiments.reporting import QuietProgressCallback, plot_metrics
-    from trainer_client.losses.base import build_auxiliary_loss
+    from trainer_client.losses.base import build_channel
     from trainer_client.rollout.environment import environment_factory, shared_client
     from trainer_client.rollout.sessions import SessionLedger
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
@@ -258,7 +263,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         reward_runner=reward_runner,
         reward_use_score=config.reward_function.use_score if config.reward_function else True,
         ground_truth=ground_truth,
-        auxiliary_losses=[build_auxiliary_loss(aux.name, aux.weight, aux.params, aux.roles) for aux in config.aux_losses],
+        channels=[build_channel(aux.name, aux.weight, aux.params, aux.roles) for aux in config.channels],
         shuffle_rewards=config.shuffle_rewards,
         unfinished_debate_reward=config.unfinished_debate_reward,
         reference_solution=reference_solution,
@@ -270,7 +275,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
                   "provenance": record},
         output_dir / "metrics.jsonl",
         lambda: {"sessions_ledger": str(ledger.path), "env_urls": env_urls,
-                 "reruns": shared_client(config.env_url, token).replays}))
+                 "reruns": shared_client(config.env_url, token).reruns}))
     if resume is not None:
         checkpoints.restore_trainer_state(trainer, resume)
         log.info("resuming from %s (step %d)", resume.checkpoint, resume.step)

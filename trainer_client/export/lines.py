@@ -11,13 +11,13 @@ exported; a repeated episode id keeps its last line (as the viewer does).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from env_server.jsonio import JSONLineError, read_jsonl
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
 from trainer_client.export.errors import EmptySourceError, MalformedLineError
@@ -140,30 +140,29 @@ def read_episode_lines(path: str | Path) -> EpisodeFile:
     path = Path(path)
     found = EpisodeFile(path)
     by_id: dict[str, EpisodeLine] = {}
-    with path.open("rb") as handle:
-        for n, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            found.lines += 1
-            try:
-                episode = _episode(path, n, json.loads(raw))
-            except json.JSONDecodeError as exc:
-                raise MalformedLineError(path, n, f"not JSON ({exc.msg} at column {exc.colno})") from None
-            except KeyError as exc:
-                raise MalformedLineError(path, n, f"no {exc.args[0]!r} field") from None
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                raise MalformedLineError(path, n, f"invalid rewards record: {where}: {first['msg']}") from None
-            except (ValueError, TypeError) as exc:
-                raise MalformedLineError(path, n, str(exc)) from None
-            if episode is None:
-                found.ungraded += 1
-                continue
-            if episode.episode_id in by_id:
-                found.repeated += 1
-                del by_id[episode.episode_id]
-            by_id[episode.episode_id] = episode
+
+    def malformed(error: JSONLineError) -> None:
+        raise MalformedLineError(path, error.line, error.reason)
+
+    for n, value in read_jsonl(path, on_bad_line=malformed):
+        found.lines += 1
+        try:
+            episode = _episode(path, n, value)
+        except KeyError as exc:
+            raise MalformedLineError(path, n, f"no {exc.args[0]!r} field") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise MalformedLineError(path, n, f"invalid rewards record: {where}: {first['msg']}") from None
+        except (ValueError, TypeError) as exc:
+            raise MalformedLineError(path, n, str(exc)) from None
+        if episode is None:
+            found.ungraded += 1
+            continue
+        if episode.episode_id in by_id:
+            found.repeated += 1
+            del by_id[episode.episode_id]
+        by_id[episode.episode_id] = episode
     if not found.lines:
         raise EmptySourceError(path, "no lines: nothing to export (was the server given --trajectory-log and did any "
                                      "episode finish grading?)")

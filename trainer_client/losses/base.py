@@ -1,11 +1,11 @@
 """The contract of a loss channel beside GRPO, and their registry.
 
 The trainer's loss is ``total = grpo + Σ_i weight_i · loss_i`` (``trainer.compute_loss``).
-Each extra term is an :class:`AuxiliaryLoss`:
+Each extra term is an :class:`LossChannel`:
 
-1. :meth:`AuxiliaryLoss.bind` once, when the trainer is built (the tokenizer, the chat
+1. :meth:`LossChannel.bind` once, when the trainer is built (the tokenizer, the chat
    template, the accelerator: whatever the term needs from it).
-2. :meth:`AuxiliaryLoss.prepare` once per generation batch, after the advantages are known and
+2. :meth:`LossChannel.prepare` once per generation batch, after the advantages are known and
    before TRL shuffles and splits the batch: it reads a :class:`ScoredBatch` (the graded
    records, the environments, the turn segments of every rollout) and may
 
@@ -15,22 +15,22 @@ Each extra term is an :class:`AuxiliaryLoss`:
      takes some tokens away from GRPO (routing failed rollouts to distillation and correct ones
      to GRPO, as SRPO does) says so here;
    - start background work (trace replay's teacher requests).
-3. :meth:`AuxiliaryLoss.loss` once per micro-batch: ``(loss tensor or None, metrics)``. It may
+3. :meth:`LossChannel.loss` once per micro-batch: ``(loss tensor or None, metrics)``. It may
    reuse the policy's own GRPO forward over the micro-batch (:attr:`LossContext.policy_forward`,
-   captured when :meth:`AuxiliaryLoss.wants_policy_forward` says so). The trainer adds
+   captured when :meth:`LossChannel.wants_policy_forward` says so). The trainer adds
    ``weight · loss / accumulation`` (TRL's own scaling of its term) and logs ``metrics``.
 
 What a term costs is logged for it: ``time/<cost_key>_s`` per optimiser step (its ``prepare``,
 its ``loss`` and its part of the backward) beside the step's ``memory/peak_gib``
 (:mod:`trainer_client.losses.costs`).
 
-A term acts on the tokens of the roles in :attr:`AuxiliaryLoss.roles` only (per-role policies
+A term acts on the tokens of the roles in :attr:`LossChannel.roles` only (per-role policies
 give each role's tokens to its own term). Register a new term with
-:func:`register_auxiliary_loss` and turn it on from the config (``aux_losses: [{name: ...,
+:func:`register_channel` and turn it on from the config (``channels: [{name: ...,
 weight: ..., params: {...}}]``); ``tests/trainer_client/losses/test_base.py`` builds one with a
 hand-computed value. A term with state that a resumed run needs (a random stream, a store)
-saves it through :meth:`AuxiliaryLoss.state_dict` and takes it back in
-:meth:`AuxiliaryLoss.load_state_dict` (:mod:`trainer_client.experiments.checkpoints`).
+saves it through :meth:`LossChannel.state_dict` and takes it back in
+:meth:`LossChannel.load_state_dict` (:mod:`trainer_client.experiments.checkpoints`).
 """
 
 from __future__ import annotations
@@ -50,13 +50,20 @@ if TYPE_CHECKING:
     from trainer_client.rollout.spans import Segment
     from trainer_client.trl_compat import CapturedForward
 
-__all__ = ["AuxiliaryLoss", "LossContext", "ScoredBatch", "auxiliary_loss_class", "available_auxiliary_losses",
-           "build_auxiliary_loss", "register_auxiliary_loss"]
+__all__ = [
+    "LossChannel",
+    "LossContext",
+    "ScoredBatch",
+    "available_channels",
+    "build_channel",
+    "channel_class",
+    "register_channel",
+]
 
 
 @dataclass
 class ScoredBatch:
-    """One generation batch on this process, after scoring (what :meth:`AuxiliaryLoss.prepare` reads).
+    """One generation batch on this process, after scoring (what :meth:`LossChannel.prepare` reads).
 
     Attributes:
         output: TRL's batch dict (``prompt_ids`` ``(B, P)``, ``prompt_mask``, ``completion_ids``
@@ -81,7 +88,7 @@ class ScoredBatch:
 
 @dataclass
 class LossContext:
-    """What :meth:`AuxiliaryLoss.loss` gets besides the model and the micro-batch.
+    """What :meth:`LossChannel.loss` gets besides the model and the micro-batch.
 
     Attributes:
         mode: ``"train"`` or ``"eval"``.
@@ -98,7 +105,7 @@ class LossContext:
     policy_forward: CapturedForward | None = None
 
 
-class AuxiliaryLoss(ABC):
+class LossChannel(ABC):
     """One extra loss term: ``weight · loss`` is added to GRPO's (see the module docstring).
 
     Args:
@@ -106,7 +113,7 @@ class AuxiliaryLoss(ABC):
         roles: the roles whose tokens the term acts on (default: the trained roles).
 
     Attributes:
-        name: the registry name (set by :func:`register_auxiliary_loss`).
+        name: the registry name (set by :func:`register_channel`).
         metric: the key its value is logged under (e.g. ``loss/sdpo_jsd``).
         cost_key: its seconds per step are logged as ``time/<cost_key>_s``
             (:mod:`trainer_client.losses.costs`; empty: ``name``).
@@ -169,53 +176,53 @@ class AuxiliaryLoss(ABC):
         :meth:`bind`)."""
 
 
-_REGISTRY: dict[str, type[AuxiliaryLoss]] = {}
-L = TypeVar("L", bound=type[AuxiliaryLoss])
+_REGISTRY: dict[str, type[LossChannel]] = {}
+L = TypeVar("L", bound=type[LossChannel])
 
 
-def register_auxiliary_loss(name: str) -> Callable[[L], L]:
-    """Class decorator: register an :class:`AuxiliaryLoss` under ``name`` (sets ``cls.name``).
+def register_channel(name: str) -> Callable[[L], L]:
+    """Class decorator: register an :class:`LossChannel` under ``name`` (sets ``cls.name``).
 
     Raises:
         ValueError: ``name`` is taken by another class.
     """
     def register(cls: L) -> L:
         if _REGISTRY.get(name, cls) is not cls:
-            raise ValueError(f"auxiliary loss {name!r} is already registered ({_REGISTRY[name].__qualname__})")
+            raise ValueError(f"loss channel {name!r} is already registered ({_REGISTRY[name].__qualname__})")
         cls.name = name
         _REGISTRY[name] = cls
         return cls
     return register
 
 
-def available_auxiliary_losses() -> list[str]:
+def available_channels() -> list[str]:
     """The registered names, sorted."""
     return sorted(_REGISTRY)
 
 
-def auxiliary_loss_class(name: str) -> type[AuxiliaryLoss]:
+def channel_class(name: str) -> type[LossChannel]:
     """The class registered as ``name``, or importable as ``"package.module:Class"``.
 
     Raises:
         KeyError: an unknown name (the message lists the registered ones).
         ImportError, AttributeError: a ``module:Class`` path that does not import.
-        TypeError: the object found is not an :class:`AuxiliaryLoss` subclass.
+        TypeError: the object found is not an :class:`LossChannel` subclass.
     """
     if ":" in name and name not in _REGISTRY:
         import importlib
 
         module, _, attr = name.partition(":")
         found = getattr(importlib.import_module(module), attr)
-        if not (isinstance(found, type) and issubclass(found, AuxiliaryLoss)):
-            raise TypeError(f"{name} is not an AuxiliaryLoss subclass")
+        if not (isinstance(found, type) and issubclass(found, LossChannel)):
+            raise TypeError(f"{name} is not an LossChannel subclass")
         return found
     if name not in _REGISTRY:
-        raise KeyError(f"unknown auxiliary loss {name!r}; registered: {', '.join(available_auxiliary_losses()) or 'none'}")
+        raise KeyError(f"unknown loss channel {name!r}; registered: {', '.join(available_channels()) or 'none'}")
     return _REGISTRY[name]
 
 
-def build_auxiliary_loss(name: str, weight: float, params: dict[str, Any] | None = None,
-                         roles: Sequence[Role | str] | None = None) -> AuxiliaryLoss:
-    """An instance of the term ``name`` (see :func:`auxiliary_loss_class`) with ``params``."""
-    return auxiliary_loss_class(name)(weight=weight, roles=roles, **(params or {}))
+def build_channel(name: str, weight: float, params: dict[str, Any] | None = None,
+                         roles: Sequence[Role | str] | None = None) -> LossChannel:
+    """An instance of the term ``name`` (see :func:`channel_class`) with ``params``."""
+    return channel_class(name)(weight=weight, roles=roles, **(params or {}))
 

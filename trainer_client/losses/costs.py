@@ -3,9 +3,9 @@
 The trainer (:class:`~trainer_client.trainer.DebateGRPOTrainer`) logs, per optimiser step:
 
 - ``time/<channel>_s`` (``time/sdpo_s``, ``time/replay_s``, ...): the seconds the channel took:
-  its :meth:`~trainer_client.losses.base.AuxiliaryLoss.prepare` (trace replay: storing new pairs
+  its :meth:`~trainer_client.losses.base.LossChannel.prepare` (trace replay: storing new pairs
   with their reference log-probabilities) and batch metrics, its
-  :meth:`~trainer_client.losses.base.AuxiliaryLoss.loss` (forward, and what a fused loss
+  :meth:`~trainer_client.losses.base.LossChannel.loss` (forward, and what a fused loss
   computes there), and its own part of the backward;
 - ``memory/peak_gib``: the step's peak memory, GiB: ``torch.cuda.max_memory_allocated`` on CUDA;
   on CPU the process's peak resident set (``VmHWM``, reset each step through

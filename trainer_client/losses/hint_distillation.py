@@ -32,7 +32,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, ProcessorMixin
 
 from env_server.protocol.markers import Role
-from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
+from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch, register_channel
 from trainer_client.losses.functional import chunked_jsd_loss, masked_jsd_loss
 from trainer_client.losses.settings import SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
@@ -103,9 +103,9 @@ def _instructions(environment: Any, t: int) -> str | None:
     return None
 
 
-@register_auxiliary_loss("hint_distillation")
-class HintDistillation(AuxiliaryLoss):
-    """Hint distillation as an :class:`~trainer_client.losses.base.AuxiliaryLoss` (weight ``α``).
+@register_channel("hint_distillation")
+class HintDistillation(LossChannel):
+    """Hint distillation as an :class:`~trainer_client.losses.base.LossChannel` (weight ``α``).
 
     Args:
         config: the channel's settings (``sdpo`` in the config).

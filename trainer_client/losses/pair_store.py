@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from env_server.jsonio import read_jsonl
 from env_server.protocol.markers import Role
 
 __all__ = ["DpoPair", "PairStore", "is_heldout_pair"]
@@ -99,11 +100,11 @@ class PairStore:
         self._pairs = []
         self._ready_pairs = []
         if self.path.exists():
-            for line in self.path.read_text().splitlines():
+            for _, line in read_jsonl(self.path, on_bad_line=lambda error: None):  # a partially written line: skipped
                 try:
-                    self._pairs.append(DpoPair.model_validate_json(line))
-                except (ValidationError, json.JSONDecodeError, ValueError):
-                    continue  # a partially written line
+                    self._pairs.append(DpoPair.model_validate(line))
+                except ValidationError:
+                    continue  # a line of another shape
             self._warn_untokenized(self._pairs)
             self._ready_pairs = _ready_with_hash(self._pairs)
 

@@ -32,7 +32,6 @@ together, and splitting them would only scatter the one ``TeacherConfig`` they a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from env_server.client.failures import FailureTally, RequestFailure, first_lines
+from env_server.client.sync import LoopThread
 from env_server.debate.answers import final_answer, normalize_answer, parse_verdict
 from env_server.debate.problems import ProblemSource, UnknownProblemError
 from env_server.protocol.markers import Role
@@ -260,8 +260,8 @@ class OpenAITeacher(Teacher):
                 "tools": self._tools, "tool_choice": "auto", "chat_template_kwargs": {TOOLS_KWARG: self._tools}}
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /chat/completions`` with retries (timeouts, transport errors, 429 and 5xx;
-        exponential backoff from 0.5 s); the decoded 200 response, checked to hold a choice
+        """``POST /chat/completions`` with retries (tenacity: timeouts, transport errors, 429 and
+        5xx; exponential backoff from 0.5 s); the decoded 200 response, checked to hold a choice
         with a message.
 
         Raises:
@@ -270,39 +270,41 @@ class OpenAITeacher(Teacher):
                 server's message.
         """
         import httpx
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
         from trainer_client.request_failures import server_message
 
-        delay = 0.5
         retried = f" (after {self.config.max_retries} retries)" if self.config.max_retries else ""
-        for attempt in range(self.config.max_retries + 1):
+
+        def attempt() -> dict[str, Any]:
             try:
                 response = self._http.post("/chat/completions", json=body)
             except httpx.TimeoutException as exc:
-                error: TeacherCallError = TeacherTimeoutError(self.name, RequestFailure(
-                    "timeout", f"no reply within {self.config.timeout_s:g} s{retried}"))
-                error.__cause__ = exc
+                raise TeacherTimeoutError(self.name, RequestFailure(
+                    "timeout", f"no reply within {self.config.timeout_s:g} s{retried}")) from exc
             except httpx.TransportError as exc:
-                error = TeacherConnectionError(self.name, RequestFailure(
-                    "connection", first_lines(f"{type(exc).__name__}: {exc}") + retried))
-            else:
-                if response.status_code == 200:
-                    return self._checked(response)
-                try:
-                    message = server_message(response.json())
-                except ValueError:
-                    message = response.text
-                status = response.status_code
-                again = status == 429 or status >= 500
-                error = TeacherCallError(self.name, RequestFailure(
-                    f"http_{status}", (first_lines(message) or response.reason_phrase) + (retried if again else ""),
-                    status))
-                if not again:
-                    raise error  # a client error does not get better by retrying
-            if attempt < self.config.max_retries:
-                time.sleep(delay)
-                delay *= 2
-        raise error
+                raise TeacherConnectionError(self.name, RequestFailure(
+                    "connection", first_lines(f"{type(exc).__name__}: {exc}") + retried)) from None
+            if response.status_code == 200:
+                return self._checked(response)
+            try:
+                message = server_message(response.json())
+            except ValueError:
+                message = response.text
+            status = response.status_code
+            again = status == 429 or status >= 500
+            raise TeacherCallError(self.name, RequestFailure(
+                f"http_{status}", (first_lines(message) or response.reason_phrase) + (retried if again else ""), status))
+
+        def retryable(error: BaseException) -> bool:  # timeouts, transport errors, 429 and 5xx; never another 4xx
+            failure = getattr(error, "failure", None)
+            return isinstance(error, (TeacherTimeoutError, TeacherConnectionError)) or (
+                isinstance(error, TeacherCallError) and failure is not None and failure.status is not None
+                and (failure.status == 429 or failure.status >= 500))
+
+        retrying = Retrying(stop=stop_after_attempt(self.config.max_retries + 1), retry=retry_if_exception(retryable),
+                            wait=wait_exponential(multiplier=0.5, exp_base=2), reraise=True)
+        return retrying(attempt)
 
     def _checked(self, response: Any) -> dict[str, Any]:
         """A 200 response's JSON, checked to be a chat completion with a message.
@@ -507,20 +509,19 @@ def score_disagreement(student_answer: str | None, teacher_answers: Sequence[str
 class AnswerEquivalence:
     """The env's grader (math-verify in worker processes with a hard kill) as a blocking
     ``equivalent(a, b)`` callable usable from any thread: the grader runs on a private event
-    loop in a daemon thread. Verdict strings compare by equality."""
+    loop in a daemon thread (:class:`~env_server.client.sync.LoopThread`). Verdict strings
+    compare by equality."""
 
     def __init__(self, workers: int = 1, timeout_s: float = 30.0) -> None:
         from env_server.grading.pool import Grader, GradingConfig
 
         self.timeout_s = timeout_s
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="teacher-grader", daemon=True)
-        self._thread.start()
+        self._runner = LoopThread(name="teacher-grader")
         self._grader = Grader(GradingConfig(workers=workers))
         # the workers start and warm up now, and a grade waits for that (up to 10 min) before its
         # own timeout runs: a cold start on a loaded machine (a resumed run's first step) must not
         # fail or time out the first replays' grades, which a warm run would have made pairs of
-        self._warm = asyncio.run_coroutine_threadsafe(self._grader.start(), self._loop)
+        self._warm = self._runner.submit(self._grader.start())
 
     def __call__(self, gold: str, answer: str) -> bool:
         if gold in ("CORRECT", "INCORRECT") or answer in ("CORRECT", "INCORRECT"):
@@ -528,13 +529,11 @@ class AnswerEquivalence:
         if normalize_answer(gold) == normalize_answer(answer):
             return True
         wait([self._warm], timeout=600)
-        future = asyncio.run_coroutine_threadsafe(self._grader.grade(gold, answer), self._loop)
-        return future.result(self.timeout_s).correct
+        return self._runner.run(self._grader.grade(gold, answer), self.timeout_s).correct
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._grader.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        self._runner.call_soon(self._grader.close)
+        self._runner.stop(timeout_s=10)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from typing import Any, cast
 import torch
 from accelerate.utils import is_peft_model
 
-from trainer_client.losses.base import AuxiliaryLoss, LossContext, ScoredBatch, register_auxiliary_loss
+from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch, register_channel
 from trainer_client.losses.functional import chosen_nll, dpo_sigmoid_loss
 from trainer_client.losses.replay_pairs import (
     as_policy_writes,
@@ -61,9 +61,9 @@ __all__ = ["ReplayConfig", "TraceReplayDPO", "replay_pair_logps"]
 log = logging.getLogger(__name__)
 
 
-@register_auxiliary_loss("trace_replay_dpo")
-class TraceReplayDPO(AuxiliaryLoss):
-    """Trace-replay DPO as an :class:`~trainer_client.losses.base.AuxiliaryLoss` (weight ``β``).
+@register_channel("trace_replay_dpo")
+class TraceReplayDPO(LossChannel):
+    """Trace-replay DPO as an :class:`~trainer_client.losses.base.LossChannel` (weight ``β``).
 
     Args:
         config: the channel's settings (``replay`` in the config).

@@ -13,7 +13,7 @@ docstringed arguments that become the model's tools. Here:
   and re-sends what was in flight (a server with ``--state-dir`` resumes the session); when the
   session is gone (a restart without state) or its replica stays down past the reconnect budget,
   the episode is re-run on another (or the restarted) replica on the same ``problem_id`` with
-  the same actions, which the debate reproduces exactly, and counted (``replays``);
+  the same actions, which the debate reproduces exactly, and counted (``reruns``);
 - the tools are role-typed: ``submit_solution`` (solver), ``submit_verdict`` (verifier),
   ``submit_final_answer`` (judge); each returns the next role's instructions, rendered from the
   server's observation, or raises (TRL shows the model ``{"error": ...}``) when the server
@@ -50,7 +50,7 @@ from trainer_client.rollout.tools import (
     action_content,
     render_instructions,
 )
-from trainer_client.rollout.trace import EpisodeTrace, TurnLog
+from trainer_client.rollout.trace import EpisodeTrace, TraceHandles, TurnLog
 
 __all__ = ["DebateEnvironment", "environment_factory", "shared_client"]
 
@@ -63,15 +63,15 @@ RERUN_AFTER_S = 30.0
 
 
 def shared_client(base_url: str | Sequence[str], token: str | None = None,
-                  replay_after_s: float = RERUN_AFTER_S) -> SyncReplicaPool:
+                  rerun_after_s: float = RERUN_AFTER_S) -> SyncReplicaPool:
     """The process-wide connections to the env server(s) ``base_url`` (one URL, a list, or a
     comma-separated string): one multiplexed connection per replica, created on first use.
-    ``replay_after_s`` is the reconnect budget of each connection (the first caller's wins)."""
+    ``rerun_after_s`` is the reconnect budget of each connection (the first caller's wins)."""
     key = (tuple(parse_urls(base_url)), token)
     with _CLIENTS_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
-            client = _CLIENTS[key] = SyncReplicaPool(key[0], token, reconnect_budget_s=replay_after_s)
+            client = _CLIENTS[key] = SyncReplicaPool(key[0], token, reconnect_budget_s=rerun_after_s)
         return client
 
 
@@ -96,7 +96,9 @@ class DebateEnvironment:
         self._actions: list[tuple[Role, str]] = []
         self._turns: list[TurnLog] = []
         self._record: EpisodeRewards | None = None
-        self._trace = EpisodeTrace(self)
+        self._trace = EpisodeTrace(TraceHandles(
+            turns=lambda: self._turns, observation=lambda: self._observation, done=lambda: self._done,
+            record=lambda: self._record, finish=self._finish, wait_record=self._wait_record, state_at=self._state_at))
 
     @property
     def trace(self) -> EpisodeTrace:
@@ -197,8 +199,8 @@ class DebateEnvironment:
         if self._session is None or self._observation is None:
             raise RuntimeError("reset() was never called")
         episode_id = self._observation.episode_id
-        replay = self._with_session(lambda session: session.state(t=t, episode_id=episode_id))
-        return DebateObservation.model_validate(replay["observation"]["observation"])
+        state = self._with_session(lambda session: session.state(t=t, episode_id=episode_id))
+        return DebateObservation.model_validate(state["observation"]["observation"])
 
     @property
     def _done(self) -> bool:
@@ -271,7 +273,7 @@ class DebateEnvironment:
         """Replay the current episode on the (new) session: same problem, same settings, the
         same accepted actions in order. The debate is deterministic given these, so every
         observation equals the original except for the episode id (checked: role, turn, round
-        and transcript of the last one). Counted in the pool's ``replays``.
+        and transcript of the last one). Counted in the pool's ``reruns``.
 
         Raises:
             RuntimeError: the re-run debate diverged (the server changed its rules).
@@ -289,19 +291,19 @@ class DebateEnvironment:
         self._observation = after
         self._client.count_rerun()
         log.warning("episode %s re-run as %s on %s (re-runs so far: %d)", before.episode_id, after.episode_id,
-                    self._client.replica_of(self._session), self._client.replays)
+                    self._client.replica_of(self._session), self._client.reruns)
 
 
 def environment_factory(base_url: str | Sequence[str], token: str | None = None, max_rounds: int | None = None,
                         rewards_timeout_s: float = GRADED_EPISODE_WAIT_S,
-                        mode: str | None = None, replay_after_s: float = RERUN_AFTER_S,
+                        mode: str | None = None, rerun_after_s: float = RERUN_AFTER_S,
                         ledger: SessionLedger | None = None) -> type[DebateEnvironment]:
     """The zero-argument factory to pass as ``GRPOTrainer(environment_factory=...)``.
 
     Args:
         base_url: the env server (``http://host:port``), or several replicas (a list or a
             comma-separated string): sessions are placed on the least-loaded healthy one.
-        replay_after_s: how long an unreachable replica's episodes wait for it before they
+        rerun_after_s: how long an unreachable replica's episodes wait for it before they
             are re-run on another replica (the connection's reconnect budget), seconds.
         token: bearer token, if the server requires one.
         max_rounds: per-episode override of the server's solver/verifier rounds.
@@ -320,6 +322,6 @@ def environment_factory(base_url: str | Sequence[str], token: str | None = None,
         "DebateEnvironment",
         (DebateEnvironment,),
         {"_base_url": tuple(parse_urls(base_url)), "_token": token, "_max_rounds": max_rounds,
-         "_rewards_timeout_s": rewards_timeout_s, "_mode": mode, "_rerun_after_s": replay_after_s,
+         "_rewards_timeout_s": rewards_timeout_s, "_mode": mode, "_rerun_after_s": rerun_after_s,
          "_ledger": ledger},
     )

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from env_server.client import MuxClient, MuxError, SyncMuxSession
+from env_server.jsonio import read_jsonl
 
 __all__ = ["SessionLedger"]
 
@@ -69,11 +70,7 @@ class SessionLedger:
         """The sessions recorded as opened and not as closed: ``{"url", "session_id",
         "resume_token"}`` each, in the order they were opened."""
         sessions: dict[str, dict[str, str]] = {}
-        for text in self.path.read_text().splitlines():
-            try:
-                line = json.loads(text)
-            except json.JSONDecodeError:
-                continue  # a line torn by a kill
+        for _, line in read_jsonl(self.path, on_bad_line=lambda error: None):  # a line torn by a kill: skipped
             if line.get("event") == "open":
                 sessions[line["session_id"]] = {k: line[k] for k in ("url", "session_id", "resume_token")}
             elif line.get("event") == "close":

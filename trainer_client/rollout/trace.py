@@ -4,16 +4,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation, EpisodeRewards
 
-if TYPE_CHECKING:
-    from trainer_client.rollout.environment import DebateEnvironment
-
-__all__ = ["EpisodeTrace", "TurnLog"]
+__all__ = ["EpisodeTrace", "TraceHandles", "TurnLog"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +35,24 @@ class TurnLog:
     observation: str | None = None
 
 
+@dataclass(frozen=True)
+class TraceHandles:
+    """What an environment lends its :class:`EpisodeTrace`: readers of its episode's state and
+    the three things the trainer may do to it. (An environment's public methods are the model's
+    tools under TRL's ``environment_factory``, so these are handed over rather than public.)"""
+
+    turns: Callable[[], Sequence[TurnLog]]
+    observation: Callable[[], DebateObservation | None]
+    done: Callable[[], bool]
+    record: Callable[[], EpisodeRewards | None]
+    finish: Callable[[str | None], None]
+    wait_record: Callable[[], EpisodeRewards]
+    state_at: Callable[[int], DebateObservation]
+
+
 class EpisodeTrace:
-    """A trainer's handle on the current episode of one :class:`DebateEnvironment`.
+    """A trainer's handle on the current episode of one ``DebateEnvironment`` (through the
+    :class:`TraceHandles` it lends).
 
     Read: ``turns`` (the accepted turns with who wrote them, see :class:`TurnLog`),
     ``observation`` (the last observation), ``done``, ``record`` (the graded record once
@@ -47,28 +60,28 @@ class EpisodeTrace:
     grading, ``state_at(t)`` fetches observation ``t`` exactly as the acting role saw it.
     """
 
-    def __init__(self, environment: DebateEnvironment) -> None:
-        self._environment = environment
+    def __init__(self, handles: TraceHandles) -> None:
+        self._handles = handles
 
     @property
     def turns(self) -> tuple[TurnLog, ...]:
         """The episode's accepted turns, in order of ``t``."""
-        return tuple(self._environment._turns)
+        return tuple(self._handles.turns())
 
     @property
     def observation(self) -> DebateObservation | None:
         """The latest observation (``None`` before ``reset``)."""
-        return self._environment._observation
+        return self._handles.observation()
 
     @property
     def done(self) -> bool:
         """Whether the debate is over (no role is due)."""
-        return self._environment._done
+        return self._handles.done()
 
     @property
     def record(self) -> EpisodeRewards | None:
         """The graded rewards record, once :meth:`wait_record` (or ``get_reward``) pulled it."""
-        return self._environment._record
+        return self._handles.record()
 
     def finish(self, last_message: str | None) -> None:
         """Complete an unfinished debate: ``last_message`` (a rollout's final assistant text
@@ -79,7 +92,7 @@ class EpisodeTrace:
             RuntimeError: ``reset`` was never called.
             MuxError: the server refused a placeholder action.
         """
-        self._environment._finish(last_message)
+        self._handles.finish(last_message)
 
     def wait_record(self) -> EpisodeRewards:
         """Finish the debate if needed, then wait for the graded record (bounded).
@@ -87,7 +100,7 @@ class EpisodeTrace:
         Raises:
             TimeoutError: no record within the environment's rewards timeout.
         """
-        return self._environment._wait_record()
+        return self._handles.wait_record()
 
     def state_at(self, t: int) -> DebateObservation:
         """Observation ``t`` of this episode exactly as it was sent (``state(t)``, RFC 0004).
@@ -96,4 +109,4 @@ class EpisodeTrace:
             RuntimeError: no episode yet.
             MuxError: ``t`` out of range, or the episode expired on the server.
         """
-        return self._environment._state_at(t)
+        return self._handles.state_at(t)

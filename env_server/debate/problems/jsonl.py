@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from env_server.debate.problems.base import Problem, ProblemSource, UnknownProblemError
+from env_server.jsonio import read_jsonl
 
 __all__ = ["JsonlProblems", "ListProblems", "gsm8k_answer", "gsm8k_solution", "problem_from_record"]
 
@@ -130,19 +130,14 @@ class JsonlProblems(ListProblems):
             raise FileNotFoundError(f"problems file not found: {path}")
         source = "math500" if "math" in path.stem.lower() else path.stem
         problems = []
-        index = 0
-        with path.open(encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    if not isinstance(record, dict):
-                        raise ValueError("a line must be a JSON object")
-                    problems.append(problem_from_record(record, index, source))
-                except ValueError as exc:  # json.JSONDecodeError is a ValueError
-                    raise ValueError(f"{path}:{lineno}: {exc}") from None
-                index += 1
+        # a line that is not JSON: JSONLineError (a ValueError) with its number
+        for index, (lineno, record) in enumerate(read_jsonl(path)):
+            try:
+                if not isinstance(record, dict):
+                    raise ValueError("a line must be a JSON object")
+                problems.append(problem_from_record(record, index, source))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{lineno}: {exc}") from None
         try:
             return cls(problems, name=path.name)
         except ValueError as exc:

@@ -124,7 +124,7 @@ def test_a_replica_killed_mid_run_its_sessions_move_to_the_others(three_replicas
 
     async def run() -> None:
         task = asyncio.ensure_future(play(",".join(urls), GENERATOR, episodes=3000, concurrency=30, policy="reference",
-                                          progress=False, replay_after_s=1.0))
+                                          progress=False, rerun_after_s=1.0))
         while (await asyncio.to_thread(_stats, urls[1]))["episodes_graded"] < 100:  # in full swing
             await asyncio.sleep(0.02)
         processes[1].send_signal(signal.SIGSTOP)
@@ -132,7 +132,7 @@ def test_a_replica_killed_mid_run_its_sessions_move_to_the_others(three_replicas
         processes[1].send_signal(signal.SIGKILL)
         report = await asyncio.wait_for(task, 120)
         assert report.episodes == 3000 and report.failed == 0, report.errors
-        assert report.replays >= 1  # sessions were mid-episode on the killed replica
+        assert report.reruns >= 1  # sessions were mid-episode on the killed replica
         assert report.episodes == sum(report.per_replica.values())
         assert report.per_replica[urls[0]] > 0 and report.per_replica[urls[2]] > 0
 
@@ -168,7 +168,7 @@ def test_trainer_environment_survives_a_server_restart(tmp_path: Path, with_stat
     url = f"http://127.0.0.1:{port}"
     extra = ("--state-dir", str(tmp_path / "state")) if with_state else ()
     problem = GENERATOR.by_seed(21)
-    env = environment_factory(url, replay_after_s=60)()
+    env = environment_factory(url, rerun_after_s=60)()
     pool = shared_client(url)
     with ExitStack() as stack:
         first = stack.enter_context(server(port, *extra))
@@ -183,9 +183,9 @@ def test_trainer_environment_survives_a_server_restart(tmp_path: Path, with_stat
         assert env.get_reward() == 1.0
         assert [t.t for t in env.trace.turns] == [0, 1, 2]
         if with_state:
-            assert pool.replays == 0 and env.trace.record.episode_id == episode_id
+            assert pool.reruns == 0 and env.trace.record.episode_id == episode_id
         else:
-            assert pool.replays == 1 and env.trace.record.episode_id != episode_id
+            assert pool.reruns == 1 and env.trace.record.episode_id != episode_id
             assert env.trace.record.problem_id == problem.problem_id
 
 
@@ -217,7 +217,7 @@ def test_in_flight_requests_survive_a_dropped_connection(tmp_path: Path) -> None
 def test_a_reattach_refused_for_capacity_loses_that_session_only(tmp_path: Path) -> None:
     """The server comes back (same state) with a per-connection limit of 1: of the two sessions
     the client re-attaches, one is refused with ``CAPACITY_REACHED``. That session is lost
-    (``SessionLostError``, so a caller replays its episode) and the other goes on; the
+    (``SessionLostError``, so a caller reruns its episode) and the other goes on; the
     reconnect does not die on the refusal, leaving every waiting request hanging."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -89,10 +89,10 @@ def test_step_after_done_and_replay_range() -> None:
         sent.append(ep.last_observation)
     with pytest.raises(EpisodeDoneError):
         act(ep, "judge", r"\boxed{42}")
-    assert [ep.replay(t) for t in range(3)] == sent[:3]
+    assert [ep.observation_at(t) for t in range(3)] == sent[:3]
     for bad in (-1, 3, 99):
         with pytest.raises(OutOfRangeError):
-            ep.replay(bad)
+            ep.observation_at(bad)
 
 
 def test_repeated_rejected_answer_is_provisional() -> None:

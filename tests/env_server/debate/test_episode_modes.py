@@ -59,9 +59,9 @@ def test_single_mode_is_one_solver_turn_graded_alone() -> None:
     assert ep.state()["mode"] == "single" and ep.state()["step_count"] == 1
     with pytest.raises(EpisodeDoneError):
         act(ep, "judge", r"\boxed{42}")
-    assert ep.replay(0) == ep._observations[0]
+    assert ep.observation_at(0) == ep._observations[0]
     with pytest.raises(OutOfRangeError):
-        ep.replay(1)
+        ep.observation_at(1)
 
     rec = record(ep, {"42": RIGHT})
     assert [(t.t, t.role, t.reward, t.error_kind, t.answer) for t in rec.turns] == [(0, Role.SOLVER, 1.0, None, "42")]

@@ -121,7 +121,7 @@ def test_other_connection_cannot_touch_a_session_without_its_token(server_url) -
             for frame in ({"type": "step", "session_id": session.session_id, "data": {"role": "solver", "content": "x"}},
                           {"type": "state", "session_id": session.session_id, "data": {}}):
                 with pytest.raises(MuxError) as info:
-                    await intruder._request(frame)
+                    await intruder.request(frame)
                 assert info.value.code == "UNKNOWN_SESSION"
             with pytest.raises(MuxError) as info:
                 await intruder.attach(session.session_id, "not-the-token")

@@ -82,8 +82,9 @@ def test_all_equations_end_to_end_by_hand() -> None:
 def test_one_group_normalisation_behind_grpo_gigpo_and_the_metrics() -> None:
     """group_norm.group_normalize is the one implementation: TRL's GRPO convention (per-role
     groups, eps 1e-4, lone samples 0) and verl-agent's GiGPO conventions are its parameters."""
+    from records import per_role_normalize as per_role
+
     from trainer_client.credit.group_norm import GIGPO_EPS, GRPO_EPS, group_normalize, group_stds
-    from trainer_client.credit.role_samples import group_normalize as per_role
 
     values = np.array([1.0, 0.0, 0.0, 2.0, 7.0, 3.0])
     keys = ["a", "a", "a", "b", "b", None]

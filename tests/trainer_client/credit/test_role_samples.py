@@ -8,14 +8,13 @@ import sys
 import numpy as np
 import pytest
 import torch
-from records import make_record
+from records import make_record, per_role_normalize
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, TurnReward
 from trainer_client.credit.role_samples import (
     announce_strategy,
     build_role_samples,
-    group_normalize,
     resolve_sample_values,
     shape_samples,
     token_tensors,
@@ -108,28 +107,28 @@ def test_shape_items_runs_strategy_and_writes_back():
 def test_group_normalize_matches_trl_formula_per_role():
     values = np.array([1, 0, 1, 1, 0.5, 0.5], dtype=np.float32)
     labels = ["solver", "solver", "solver", "verifier", "verifier", "verifier"]
-    out = group_normalize(values, labels, [0] * 6)
+    out = per_role_normalize(values, labels, [0] * 6)
     solver = torch.tensor([1.0, 0.0, 1.0])
     expected = (solver - solver.mean()) / (solver.std() + 1e-4)  # torch.std is Bessel-corrected, like TRL
     np.testing.assert_allclose(out[:3], expected.numpy(), rtol=1e-6)
     verifier = np.array([1, 0.5, 0.5])
     np.testing.assert_allclose(out[3:], (verifier - verifier.mean()) / (verifier.std(ddof=1) + 1e-4), rtol=1e-6)
     assert out.dtype == np.float32
-    np.testing.assert_allclose(group_normalize(values, labels, [0] * 6, scale=False)[:3], [1 / 3, -2 / 3, 1 / 3],
+    np.testing.assert_allclose(per_role_normalize(values, labels, [0] * 6, scale=False)[:3], [1 / 3, -2 / 3, 1 / 3],
                                rtol=1e-6)
 
 
 def test_group_normalize_separates_groups_and_zero_std_groups_get_zero():
     values = np.array([1, 0, 1, 1, 1], dtype=np.float64)
-    out = group_normalize(values, ["solver"] * 5, [0, 0, 1, 1, 2])
+    out = per_role_normalize(values, ["solver"] * 5, [0, 0, 1, 1, 2])
     np.testing.assert_allclose(out[:2], [0.5 / (np.sqrt(0.5) + 1e-4), -0.5 / (np.sqrt(0.5) + 1e-4)])
     np.testing.assert_array_equal(out[2:], [0, 0, 0])  # zero-std group and a one-sample group
 
 
 def test_judge_zero_never_enters_a_group_mean():
     """The known pitfall: judge samples (reward 0) must not pull the solver's group mean down."""
-    solver_only = group_normalize(np.array([1.0, 1.0, 0.0, 1.0]), ["solver"] * 4, [0] * 4)
-    with_judges = group_normalize(
+    solver_only = per_role_normalize(np.array([1.0, 1.0, 0.0, 1.0]), ["solver"] * 4, [0] * 4)
+    with_judges = per_role_normalize(
         np.array([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
         ["solver", "judge"] * 4, [0] * 8,
     )
@@ -138,13 +137,13 @@ def test_judge_zero_never_enters_a_group_mean():
     # and the same through the whole path from records: judge samples carry raw G=1 here
     records = [make_record([True], [True], True), make_record([False], [False], False)]
     samples = build_role_samples(records, [0, 0], roles=[Role.SOLVER, Role.JUDGE])
-    adv = group_normalize(shape_samples(get_strategy("identity"), samples), samples.roles, samples.group_ids)
+    adv = per_role_normalize(shape_samples(get_strategy("identity"), samples), samples.roles, samples.group_ids)
     np.testing.assert_allclose(adv, [0.5 / (np.sqrt(0.5) + 1e-4), 0, -0.5 / (np.sqrt(0.5) + 1e-4), 0], rtol=1e-6)
 
 
 def test_group_normalize_rejects_length_mismatch():
     with pytest.raises(ValueError):
-        group_normalize(np.zeros(3), ["solver"] * 2, [0] * 3)
+        per_role_normalize(np.zeros(3), ["solver"] * 2, [0] * 3)
 
 
 # --------------------------------------------------------------------------- per-turn values

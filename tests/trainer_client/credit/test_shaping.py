@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
+from records import per_role_normalize
 
 from env_server.protocol.markers import ErrorKind, Role
 from env_server.protocol.models import CounterfactualFacts, TurnReward
-from trainer_client.credit.role_samples import group_normalize, resolve_sample_values
+from trainer_client.credit.role_samples import resolve_sample_values
 from trainer_client.credit.shaping import (
     NO_STRATEGY_MESSAGE,
     IdentityStrategy,
@@ -293,7 +294,7 @@ def of_role(values, labels, role):
 
 def normalised(name, rewards, labels, metadata, **params):
     """Shaped sample values after the trainer's per-(group, role) normalisation (std scaling)."""
-    return group_normalize(shape(name, rewards, labels, metadata, **params), labels, metadata["group_ids"])
+    return per_role_normalize(shape(name, rewards, labels, metadata, **params), labels, metadata["group_ids"])
 
 
 # One prompt, four rollouts: G, the first answer's correctness F, the first verdict, π(accept).

@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from records import make_record
+from records import make_record, per_role_normalize
 
 from trainer_client.credit.role_samples import (
     build_role_samples,
-    group_normalize,
     resolve_sample_values,
     shape_samples,
     token_tensors,
@@ -70,7 +69,7 @@ def loss_inputs(strategy: RewardShapingStrategy | None, normalize: bool) -> tupl
     raw = resolve_sample_values(samples.rewards, samples.rewards, samples.roles)
     values = raw if strategy is None else shape_samples(strategy, samples)
     if normalize:
-        values = group_normalize(values, samples.roles, samples.group_ids)
+        values = per_role_normalize(values, samples.roles, samples.group_ids)
     return token_tensors(SPANS, turn_values(samples, values), T)
 
 

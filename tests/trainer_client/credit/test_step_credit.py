@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from records import make_record
+from records import make_record, per_role_normalize
 
 from env_server.client import StepResult
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation, EpisodeRewards
 from env_server.protocol.models import Message as ObsMessage
 from trainer_client.credit.reward_functions import EvaluateResult, RolloutMessage, StepOutput
-from trainer_client.credit.role_samples import build_role_samples, group_normalize, turn_values
+from trainer_client.credit.role_samples import build_role_samples, turn_values
 from trainer_client.credit.step_credit import (
     AFTER_THE_END,
     REJECTED_CALL,
@@ -41,7 +41,7 @@ def test_debate_gigpo_by_hand() -> None:
     np.testing.assert_allclose(values[1], [-1.0, -0.5, 0.0])
     assert metrics["gigpo/anchor_fraction"] == 0.5  # 2 of the 4 non-judge steps share a cluster
     # with omega 0 it is the episode level alone: plain per-role centring, as GRPO without std
-    centred = turn_values(samples, group_normalize(shaped, samples.roles, [0] * len(samples.index), scale=False))
+    centred = turn_values(samples, per_role_normalize(shaped, samples.roles, [0] * len(samples.index), scale=False))
     values0, _ = gigpo_turn_values(samples, shaped, rewards, observations, [0, 0], omega=0.0, gamma=1.0)
     for got, want in zip(values0, centred, strict=True):
         np.testing.assert_allclose(got, want)

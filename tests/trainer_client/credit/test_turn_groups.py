@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from records import make_record
+from records import make_record, per_role_normalize
 
-from trainer_client.credit.role_samples import build_role_samples, group_normalize, turn_values
+from trainer_client.credit.role_samples import build_role_samples, turn_values
 from trainer_client.credit.turn_groups import turn_group_values
 
 
@@ -32,7 +32,7 @@ def test_turns_are_normalised_against_the_same_roles_turns_at_the_same_position(
     for got, want in zip(values, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
     # grpo gives every turn of a role one value: r1's second solver turn would share its first's
-    grpo = turn_values(samples, group_normalize(shaped, samples.roles, samples.group_ids))
+    grpo = turn_values(samples, per_role_normalize(shaped, samples.roles, samples.group_ids))
     assert grpo[1][2] == pytest.approx(-a, rel=1e-5) and values[1][2] == pytest.approx(-b, rel=1e-5)
 
 

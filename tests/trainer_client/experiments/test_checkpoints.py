@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from env_server.jsonio import write_json_atomic
 from env_server.protocol.markers import Role
 from trainer_client.experiments.checkpoints import (
     RANK_DIR,
@@ -21,7 +22,6 @@ from trainer_client.experiments.checkpoints import (
     load_resume_state,
     resume_checkpoint,
     weights_fingerprint,
-    write_json_atomic,
 )
 from trainer_client.experiments.reporting import MetricsFileCallback, metrics_events, read_metrics
 from trainer_client.losses.pair_store import DpoPair, PairStore

@@ -8,21 +8,21 @@ import torch
 from trainer_batches import make_batch, make_trainer
 
 from env_server.protocol.markers import Role
-from trainer_client.config import AuxLossConfig, load_config
+from trainer_client.config import ChannelConfig, load_config
 from trainer_client.losses.base import (
-    AuxiliaryLoss,
+    LossChannel,
     LossContext,
     ScoredBatch,
-    auxiliary_loss_class,
-    available_auxiliary_losses,
-    build_auxiliary_loss,
-    register_auxiliary_loss,
+    available_channels,
+    build_channel,
+    channel_class,
+    register_channel,
 )
 from trainer_client.trainer import DebateGRPOTrainer
 
 
-@register_auxiliary_loss("test_head_l2")
-class HeadL2(AuxiliaryLoss):
+@register_channel("test_head_l2")
+class HeadL2(LossChannel):
     """``scale · Σ w²`` over the LM head's weights: a value the test computes by hand."""
 
     metric = "loss/head_l2"
@@ -42,12 +42,12 @@ class HeadL2(AuxiliaryLoss):
 
 def test_a_registered_channel_from_the_config_adds_its_hand_computed_value(model_and_tokenizer, tmp_path) -> None:
     model, tokenizer = model_and_tokenizer
-    config = load_config(None, None, {"aux_losses": [{"name": "test_head_l2", "weight": 0.25, "params": {"scale": 1e-3}}]})
-    [aux] = config.aux_losses
-    assert aux == AuxLossConfig(name="test_head_l2", weight=0.25, params={"scale": 1e-3})
+    config = load_config(None, None, {"channels": [{"name": "test_head_l2", "weight": 0.25, "params": {"scale": 1e-3}}]})
+    [aux] = config.channels
+    assert aux == ChannelConfig(name="test_head_l2", weight=0.25, params={"scale": 1e-3})
     plain = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / "plain")
     ours = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / "ours",
-                        auxiliary_losses=[build_auxiliary_loss(aux.name, aux.weight, aux.params, aux.roles)])
+                        channels=[build_channel(aux.name, aux.weight, aux.params, aux.roles)])
     batch = make_batch(tokenizer)
     grpo = plain.compute_loss(model, dict(batch)).item()
     total = ours.compute_loss(model, dict(batch)).item()
@@ -59,7 +59,7 @@ def test_a_registered_channel_from_the_config_adds_its_hand_computed_value(model
     assert ours._metrics["train"]["loss/sdpo_jsd"] == [0.0] and ours._metrics["train"]["loss/trace_replay_dpo"] == [0.0]
 
 
-class RouteToNothing(AuxiliaryLoss):
+class RouteToNothing(LossChannel):
     """Takes every token of a rollout whose record says the solver was wrong away from GRPO
     (the routing SRPO does), and adds nothing itself."""
 
@@ -85,15 +85,20 @@ def test_a_channel_can_take_tokens_away_from_the_grpo_term() -> None:
 def test_roles_default_to_the_trained_roles_and_the_registry_says_what_it_knows() -> None:
     assert HeadL2(weight=1.0).roles == {Role.SOLVER, Role.VERIFIER}
     assert HeadL2(weight=1.0, roles=["solver"]).roles == {Role.SOLVER}
-    assert {"hint_distillation", "trace_replay_dpo", "test_head_l2"} <= set(available_auxiliary_losses())
+    assert {"hint_distillation", "trace_replay_dpo", "test_head_l2"} <= set(available_channels())
     from trainer_client.losses.hint_distillation import HintDistillation
 
-    assert auxiliary_loss_class("trainer_client.losses.hint_distillation:HintDistillation") is HintDistillation
-    with pytest.raises(TypeError, match="not an AuxiliaryLoss"):
-        auxiliary_loss_class("trainer_client.losses.hint_distillation:SDPOConfig")
+    assert channel_class("trainer_client.losses.hint_distillation:HintDistillation") is HintDistillation
+    with pytest.raises(TypeError, match="not an LossChannel"):
+        channel_class("trainer_client.losses.hint_distillation:SDPOConfig")
     with pytest.raises(KeyError, match=r"registered: .*hint_distillation"):
-        auxiliary_loss_class("no_such_loss")
+        channel_class("no_such_loss")
     with pytest.raises(ValueError, match="already registered"):
-        register_auxiliary_loss("hint_distillation")(HeadL2)
-    with pytest.raises(ValueError, match="unknown auxiliary loss"):
-        load_config(None, None, {"aux_losses": [{"name": "no_such_loss"}]})
+        register_channel("hint_distillation")(HeadL2)
+    with pytest.raises(ValueError, match="unknown loss channel"):
+        load_config(None, None, {"channels": [{"name": "no_such_loss"}]})
+
+
+def test_the_old_key_fails_with_one_line_naming_the_new_one() -> None:
+    with pytest.raises(ValueError, match="`aux_losses` is now `channels`"):
+        load_config(None, None, {"aux_losses": []})
