@@ -166,7 +166,9 @@ class _ChunkedJSD(torch.autograd.Function):
         # and three working buffers, allocated once and reused by every block
         logits = torch.empty((2 * step, vocab), dtype=torch.float32, device=w.device)
         scratch = torch.empty((3, step, vocab), dtype=torch.float32, device=w.device)
-        in_place = w.dtype == torch.float32  # the product writes straight into the float32 buffer
+        # on CPU the product writes straight into the float32 buffer; elsewhere F.linear, which
+        # autocast (bf16 on a GPU) applies to, where an ``out=`` product would run in float32
+        in_place = w.dtype == torch.float32 and w.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
         for start in range(0, rows, step):
             hidden = student[start:start + step].detach()
             n = hidden.shape[0]
