@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from env_server.cli import free_port, wait_healthy
@@ -88,3 +89,12 @@ def test_readme_demo_command_on_math500_serves_and_plays_only(math500_path) -> N
     assert "training" not in done.stdout  # --train-steps 0: no training part
     assert "demo.sh" in (REPO / "README.md").read_text() and "--problems ../shared/data/math500.jsonl" in (
         REPO / "README.md").read_text()
+
+
+def test_a_renamed_play_option_fails_with_one_line_naming_the_new_one(capsys) -> None:
+    from env_server.cli import main as server_main
+
+    with pytest.raises(SystemExit) as caught:
+        server_main(["play", "--replay-after", "5"])
+    assert caught.value.code == 2
+    assert "--replay-after is now --rerun-after" in capsys.readouterr().err
