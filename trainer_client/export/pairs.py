@@ -20,6 +20,7 @@ import yaml
 from datasets import Features, Value
 from pydantic import ValidationError
 
+from env_server.jsonio import JSONLineError, read_jsonl
 from trainer_client.config import TrainConfig
 from trainer_client.export.errors import MalformedLineError, UnknownSourceError
 from trainer_client.export.sft import MESSAGES
@@ -94,24 +95,25 @@ def read_pairs(pair_file: PairFile) -> list[dict[str, Any]]:
         OSError: the file cannot be read.
     """
     rows = []
-    with pair_file.path.open("rb") as handle:
-        for n, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                pair = DpoPair.model_validate_json(raw)
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "line"
-                raise MalformedLineError(pair_file.path, n, f"not a replay pair: {where}: {first['msg']}") from None
-            rows.append({
-                "prompt": pair.prompt_messages,
-                "chosen": [{"role": "assistant", "content": pair.chosen}],
-                "rejected": [{"role": "assistant", "content": pair.rejected}],
-                "episode_id": pair.episode_id, "t": pair.t, "role": pair.role.value, "teacher": pair.teacher,
-                "created_step": pair.created_step, "gold_supervised": pair.gold_supervised, "run": pair_file.run,
-                "run_gold_supervised": pair_file.run_gold_supervised, "source": str(pair_file.path),
-            })
+
+    def torn(error: JSONLineError) -> None:
+        raise MalformedLineError(pair_file.path, error.line, f"not a replay pair: {error.reason}")
+
+    for n, value in read_jsonl(pair_file.path, on_bad_line=torn):
+        try:
+            pair = DpoPair.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "line"
+            raise MalformedLineError(pair_file.path, n, f"not a replay pair: {where}: {first['msg']}") from None
+        rows.append({
+            "prompt": pair.prompt_messages,
+            "chosen": [{"role": "assistant", "content": pair.chosen}],
+            "rejected": [{"role": "assistant", "content": pair.rejected}],
+            "episode_id": pair.episode_id, "t": pair.t, "role": pair.role.value, "teacher": pair.teacher,
+            "created_step": pair.created_step, "gold_supervised": pair.gold_supervised, "run": pair_file.run,
+            "run_gold_supervised": pair_file.run_gold_supervised, "source": str(pair_file.path),
+        })
     return rows
 
 
