@@ -42,7 +42,7 @@ def test_import_contracts_hold() -> None:
 @pytest.mark.parametrize(("module", "added", "contract"), [
     ("env_server/protocol/markers.py", "import env_server.service.facade", "env_server layers"),
     ("env_server/debate/answers.py", "import torch", "never imports torch"),
-    ("trainer_client/rollout/spans.py", "import trainer_client.losses.base", "trainer_client layers"),
+    ("trainer_client/rollout/segments.py", "import trainer_client.losses.base", "trainer_client layers"),
     ("trainer_client/evaluation/policies.py", "def f():\n    import trainer_client.evaluation.specs", "no import cycles"),
     # the contracts cover whole packages: any module of a forbidden package breaks them
     ("env_server/client/play.py", "import env_server.grading.worker", "clients never load"),

@@ -184,7 +184,7 @@ class TrainConfig(_Strict):
         scale_advantages: divide by the per-role group std (TRL's ``scale_rewards="group"``).
         sdpo, replay: the two extra loss channels.
         advantage_estimator: ``grpo`` (group normalisation per role), ``grpo_turn`` (per role and
-            that role's k-th turn, :mod:`trainer_client.credit.turn_groups`) or ``gigpo``
+            that role's k-th turn, :func:`trainer_client.credit.role_samples.turn_group_values`) or ``gigpo``
             (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`).
         gigpo: GiGPO settings.
         channels: further loss channels (:class:`ChannelConfig`), each added as ``weight · loss``.
@@ -200,7 +200,7 @@ class TrainConfig(_Strict):
             (it stopped calling tools or ran out of completion length, so the adapter forfeited
             turns); ``null`` keeps the server's grade, which then rests on the solver's answer
             alone and lets a policy skip the verifier and judge for free
-            (:func:`~trainer_client.credit.advantages.score_unfinished_debates`).
+            (:func:`~trainer_client.credit.pipeline.score_unfinished_debates`).
         policies: the policy of each role (:mod:`trainer_client.policies.settings`): a LoRA
             adapter, the frozen base or an endpoint; none: the shared policy.
     """

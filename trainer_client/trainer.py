@@ -8,12 +8,13 @@ seam to TRL's internals); the maths lives in small modules:
 - :meth:`DebateGRPOTrainer.on_scored_batch` (before TRL shuffles the batch): gathers the
   graded records (through each environment's ``trace``), the completion segments, which
   rollouts failed (an endpoint role's request failed for good: dropped from their groups,
-  :mod:`trainer_client.credit.failed_rollouts`, counted as ``rollouts/failed``) and, when
+  the pipeline's step 4, counted as ``rollouts/failed``) and, when
   needed, the policy's verdict probabilities (COMA) and GiGPO's step inputs, and runs the
-  advantage pipeline (:mod:`trainer_client.credit.advantages`: every rewrite of a reward, then
-  shaping, the estimator and the ``(B, T)`` advantages); judge tokens, tokens of no turn and
-  dropped rollouts are masked out of the loss. Then each loss channel prepares what it needs
-  from the batch (dropped rollouts are not shown to it).
+  reward pipeline (:mod:`trainer_client.credit.pipeline`: every rewrite of a reward, then
+  shaping, the estimator and the ``(B, T)`` advantages); each loss channel prepares what it
+  needs from the batch (dropped rollouts are not shown to it); the pipeline alone writes the
+  advantages and the loss mask into TRL's batch (judge tokens, tokens of no turn, dropped
+  rollouts, untrained roles and the tokens a channel routes away leave the GRPO loss).
 - :meth:`DebateGRPOTrainer.compute_loss`: ``total = grpo + Σ_i weight_i · loss_i`` over the
   channels (:mod:`trainer_client.losses.base`): hint distillation (``α``), trace-replay DPO
   (``β``) and any registered from the config; each term is divided by the gradient-accumulation
@@ -34,29 +35,32 @@ import torch
 from accelerate.utils import gather_object
 
 from env_server.protocol.models import EpisodeRewards
-from trainer_client.credit.advantages import (
-    GiGPOInputs,
+from trainer_client.credit.debate_metrics import debate_metrics, scored_only, unfinished_rate, without_dropped
+from trainer_client.credit.gigpo import GiGPOConfig, GiGPOInputs
+from trainer_client.credit.pipeline import (
+    ESTIMATORS,
+    Estimator,
     batch_advantages,
-    gigpo_steps,
     rescored_records,
+    trl_loss_mask,
     user_rewards,
+    write_advantages,
+    write_loss_mask,
 )
-from trainer_client.credit.debate_metrics import debate_metrics
-from trainer_client.credit.failed_rollouts import scored_only, unfinished_rate, without_dropped
-from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.role_samples import announce_strategy
 from trainer_client.credit.shaping import RewardShapingStrategy, get_strategy
 from trainer_client.credit.shaping.base import VERIFIER_ACCEPT_PROB
+from trainer_client.credit.step_credit import gigpo_steps
 from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch
 from trainer_client.losses.costs import ChannelCosts
-from trainer_client.losses.hint_distillation import HintDistillation
+from trainer_client.losses.hint_distillation import SDPOHintDistillation
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
 from trainer_client.losses.trace_replay import TraceReplayDPO
 from trainer_client.model.verdict_probs import verdict_accept_probs
 from trainer_client.policies.routing import ROUTES, RoleRouter
 from trainer_client.policies.settings import PoliciesConfig
-from trainer_client.rollout.spans import Segment, completion_segments
-from trainer_client.trl_compat import GRPOHooks, capture_body_forward, loss_mask_key
+from trainer_client.rollout.segments import Segment, completion_segments
+from trainer_client.trl_compat import GRPOHooks, capture_body_forward
 
 __all__ = ["DebateGRPOTrainer"]
 
@@ -78,7 +82,7 @@ class DebateGRPOTrainer(GRPOHooks):
         teacher_pool, pair_store: trace replay's teachers and pairs; required when ``replay.beta > 0``.
         channels: further :class:`~trainer_client.losses.base.LossChannel` terms.
         advantage_estimator: ``"grpo"`` (per-role group normalisation), ``"grpo_turn"`` (per role
-            and turn, :mod:`trainer_client.credit.turn_groups`) or ``"gigpo"``.
+            and turn, :func:`trainer_client.credit.role_samples.turn_group_values`) or ``"gigpo"``.
         gigpo: GiGPO settings (default: :class:`~trainer_client.credit.gigpo.GiGPOConfig`).
         reward_runner: a :class:`~trainer_client.credit.reward_functions.RewardFunctionRunner`
             scoring every rollout's messages (pipeline step 1; its step outputs give GiGPO's
@@ -102,18 +106,18 @@ class DebateGRPOTrainer(GRPOHooks):
                  sdpo: SDPOConfig | None = None, replay: ReplayConfig | None = None,
                  hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
                  channels: list[LossChannel] | None = None,
-                 advantage_estimator: str = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
+                 advantage_estimator: Estimator = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
                  unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None,
                  endpoint: Any = None, reference_solution: Any = None, **kwargs: Any) -> None:
-        if advantage_estimator not in ("grpo", "grpo_turn", "gigpo"):
-            raise ValueError(f"advantage_estimator must be 'grpo', 'grpo_turn' or 'gigpo', got {advantage_estimator!r}")
+        if advantage_estimator not in ESTIMATORS:
+            raise ValueError(f"advantage_estimator must be one of {', '.join(ESTIMATORS)}, got {advantage_estimator!r}")
         self.sdpo, self.replay = sdpo or SDPOConfig(), replay or ReplayConfig()
         # checked before TRL builds anything (and the channels are built only when on)
-        hint = HintDistillation(self.sdpo, hints or {}, reference_solution) if self.sdpo.alpha > 0 else None
+        hint = SDPOHintDistillation(self.sdpo, hints or {}, reference_solution) if self.sdpo.alpha > 0 else None
         trace = TraceReplayDPO(self.replay, teacher_pool, pair_store) if self.replay.beta > 0 else None
         super().__init__(*args, **kwargs)
-        self.advantage_estimator = advantage_estimator
+        self.advantage_estimator: Estimator = advantage_estimator
         self.gigpo = gigpo or GiGPOConfig()
         self.reward_runner, self.reward_use_score, self.ground_truth = reward_runner, reward_use_score, ground_truth
         self.shuffle_rewards = shuffle_rewards
@@ -181,7 +185,7 @@ class DebateGRPOTrainer(GRPOHooks):
             environment.trace.finish(text if isinstance(text, str) else None)
 
     def on_scored_batch(self, inputs: list[dict[str, Any]], output: dict[str, Any]) -> dict[str, Any]:
-        mode, device = self.mode, output["completion_ids"].device
+        mode, completion_mask = self.mode, output["completion_mask"]
         environments = self.batch_environments()
         assert environments is not None, "TRL builds the batch's environments before scoring it"
         records: list[EpisodeRewards] = [env.trace.wait_record() for env in environments]
@@ -196,8 +200,7 @@ class DebateGRPOTrainer(GRPOHooks):
                                   unfinished=unfinished, unfinished_reward=self.unfinished_debate_reward)
         failed = [k in (self.role_router.failed_rows if self.role_router else {}) for k in range(len(environments))]
         self._log(unfinished_rate(unfinished, failed), mode)  # a failed rollout's forfeits are not the policy's
-        completion_mask, mask_key = output["completion_mask"], loss_mask_key(output)
-        model_tokens = (completion_mask * output[mask_key]).tolist()
+        model_tokens = (completion_mask * trl_loss_mask(output)).tolist()
         self._log({"tokens/sampled": float(sum(map(sum, model_tokens)))}, mode)  # the model's own tokens, per step
         segments = [completion_segments(messages, env.trace.turns, tokens)
                     for messages, env, tokens in zip(self._batch_completions, environments, model_tokens, strict=True)]
@@ -208,29 +211,28 @@ class DebateGRPOTrainer(GRPOHooks):
         accept_probs = (self._verdict_probs(output, segments)
                         if VERIFIER_ACCEPT_PROB in self.shaping_strategy.extra_columns else None)
         gigpo = self._gigpo_inputs(records, environments, results) if self.advantage_estimator == "gigpo" else None
+        first = self.accelerator.process_index * len(records)
         result = batch_advantages(  # steps 4-8
-            all_records, num_generations, self.shaping_strategy, segments, completion_mask.shape[1],
-            self.accelerator.process_index * len(records), scale=self.scale_advantages,
-            verifier_accept_probs=accept_probs, gigpo=gigpo, by_turn=self.advantage_estimator == "grpo_turn",
-            shuffle_seed=self.args.seed * 1_000_003 + self.state.global_step if self.shuffle_rewards and mode == "train"
-            else None, failed=all_failed)
+            all_records, num_generations, self.shaping_strategy, segments, completion_mask.shape[1], first,
+            scale=self.scale_advantages, verifier_accept_probs=accept_probs, estimator=self.advantage_estimator,
+            gigpo=gigpo, failed=all_failed, shuffle_seed=self.args.seed * 1_000_003 + self.state.global_step
+            if self.shuffle_rewards and mode == "train" else None)
         self._log(result.metrics, mode)
-        output["advantages"] = result.advantages.to(device)
-        loss_mask = output[mask_key] * result.loss_mask.to(device=device, dtype=output[mask_key].dtype)
+        write_advantages(output, result)  # step 9
+        routes = []  # step 9's further masks: the router's, then each channel's
         if self.role_router is not None:  # untrained roles' tokens leave every loss; each token knows its adapter
             width = completion_mask.shape[1]
-            loss_mask = loss_mask * self.role_router.untrained_mask(segments, width).to(device, loss_mask.dtype)
-            output[ROUTES] = self.role_router.token_routes(segments, width).to(device)
+            routes.append(self.role_router.untrained_mask(segments, width))
+            output[ROUTES] = self.role_router.token_routes(segments, width).to(completion_mask.device)
             self._batch_routes = None
-        shown = without_dropped(segments, result.dropped, self.accelerator.process_index * len(records))
-        batch = ScoredBatch(output, records, environments, shown, self._batch_completions, mode, self.state.global_step)
+        batch = ScoredBatch(output, records, environments, without_dropped(segments, result.dropped, first),
+                            self._batch_completions, mode, self.state.global_step)
         for channel in self.channels:
             routed = self.costs.timed(channel.cost_name, channel.prepare, batch)
             if routed is not None:  # the channel takes these tokens away from the GRPO term
-                loss_mask = loss_mask * routed.to(device=device, dtype=loss_mask.dtype)
+                routes.append(routed)
             self._log(self.costs.timed(channel.cost_name, channel.batch_metrics), mode)
-        output[mask_key] = loss_mask
-        output["num_items_in_batch"] = self.accelerator.gather((completion_mask * loss_mask).sum()).sum()
+        write_loss_mask(output, result, routes, gather=self.accelerator.gather)  # step 9
         samples, shaped, scored = scored_only(result.samples, result.shaped, all_records, all_failed)
         if scored:  # a failed rollout's reward is not the policy's
             self._log(debate_metrics(samples, shaped, scored, segments), mode)
@@ -281,7 +283,7 @@ class DebateGRPOTrainer(GRPOHooks):
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
         context = LossContext(mode, accumulation, self.state.global_step, captured[0] if len(captured) == 1 else None)
         total = self.costs.grpo_term(grpo)  # GRPO's backward comes after the channels' (losses.costs)
-        logged = {HintDistillation.metric: 0.0, TraceReplayDPO.metric: 0.0}  # the built-in channels' keys, always
+        logged = {SDPOHintDistillation.metric: 0.0, TraceReplayDPO.metric: 0.0}  # the built-in channels' keys, always
         for channel in self.channels:
             value, metrics = self.costs.loss(channel.cost_name, channel.loss, model, inputs, context)
             if value is not None:

@@ -34,7 +34,7 @@ What is used, all read from trl 1.16.0:
 - The GRPO forward calls the transformer body with ``use_cache=False`` and without
   ``position_ids``: :func:`capture_body_forward` asks for the cache anyway.
 - ``output["tool_mask"]``: the column trl 1.16's loss multiplies into ``completion_mask``
-  (:func:`loss_mask_key`).
+  (:data:`LOSS_MASK_KEY`).
 - ``trl/chat_templates/*.jinja``: TRL's packaged chat templates (:func:`packaged_chat_template`).
 - ``VLLMGeneration.sync_weights`` and ``_iter_named_params`` (``trl/generation/vllm_generation.py``):
   replaced on vLLM's CPU platform (:func:`sync_vllm_cpu_weights_by_layerwise_reload`).
@@ -63,13 +63,13 @@ if TYPE_CHECKING:
 from trl.trainer.grpo_trainer import GRPOTrainer
 
 __all__ = [
+    "LOSS_MASK_KEY",
     "SUPPORTED_TRL",
     "CapturedForward",
     "GRPOHooks",
     "capture_body_forward",
     "check_trl_version",
     "checkpointing_off",
-    "loss_mask_key",
     "packaged_chat_template",
     "reference_adapter",
     "restore_class_forward",
@@ -212,16 +212,12 @@ class GRPOHooks(GRPOTrainer):
         return self.environments
 
 
-def loss_mask_key(output: dict[str, Any]) -> str:
-    """The key of the batch's per-token loss mask, filled with ones where TRL left none.
-
-    trl 1.16 multiplies ``completion_mask`` by ``output["tool_mask"]`` in its loss (``tool_mask``
-    is 0 on tool-result tokens); a trainer that masks more tokens out of the loss (judge turns,
-    tokens after the debate, tokens a channel routes elsewhere) multiplies its mask into that
-    column. Outside this seam the column is called the loss mask."""
-    if output.get("tool_mask") is None:
-        output["tool_mask"] = torch.ones_like(output["completion_mask"])
-    return "tool_mask"
+#: The key of TRL's per-token loss mask in a scored batch: trl 1.16 multiplies
+#: ``completion_mask`` by ``output["tool_mask"]`` in its loss (``tool_mask`` is 0 on tool-result
+#: tokens). A trainer that masks more tokens out of the loss (judge turns, tokens after the
+#: debate, tokens a channel routes elsewhere) multiplies its mask into that column; the reward
+#: pipeline (``trainer_client.credit.pipeline.write_loss_inputs``) is the one code that does.
+LOSS_MASK_KEY = "tool_mask"
 
 
 def checkpointing_off(config_cls: type) -> dict[str, Any]:

@@ -15,11 +15,11 @@ import yaml
 
 from env_server.protocol.markers import ErrorKind, Role
 from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, TurnReward
-from trainer_client.credit.advantages import batch_advantages
+from trainer_client.credit.pipeline import batch_advantages
 from trainer_client.credit.role_samples import build_role_samples, shape_samples, turn_values
 from trainer_client.credit.shaping import available_strategies, get_strategy
 from trainer_client.experiments.reporting import read_metrics
-from trainer_client.rollout.spans import Segment, SegmentOwner
+from trainer_client.rollout.segments import Segment, SegmentOwner
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -2,7 +2,7 @@
 
 Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv 2505.10978).
 The trainer does not call these (it combines the levels per debate turn in
-:func:`trainer_client.credit.step_credit.gigpo_turn_values`); they stay here, built on the parts in
+:func:`trainer_client.credit.gigpo.gigpo_turn_values`); they stay here, built on the parts in
 :mod:`trainer_client.credit.gigpo`, as the by-the-paper reference that ``test_gigpo.py`` checks.
 """
 

@@ -57,7 +57,7 @@ def make_record(
 
 
 def per_role_normalize(values, roles, group_ids, scale: bool = True):
-    """GRPO's per-(group, role) normalisation exactly as ``credit.advantages`` runs it: the one
+    """GRPO's per-(group, role) normalisation exactly as ``credit.pipeline`` runs it: the one
     ``group_norm.group_normalize`` over ``role_samples.role_group_keys``, TRL's eps, lone samples 0,
     in the dtype of ``values``."""
     import numpy as np

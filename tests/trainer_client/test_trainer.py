@@ -281,7 +281,7 @@ def test_replay_pairs_are_built_on_the_rollouts_tokens_and_the_roles_tool_call(m
 
     from trainer_client.experiments.tiny_model import tool_callables
     from trainer_client.losses.trace_replay import replay_pair_logps
-    from trainer_client.rollout.spans import completion_segments
+    from trainer_client.rollout.segments import completion_segments
 
     model, tokenizer = model_and_tokenizer
     # what GRPOTrainer trains tool rollouts with (the tiny model's qwen3 template is not prefix-preserving)
@@ -404,7 +404,7 @@ def test_srpo_routing_takes_the_distilled_sites_out_of_the_grpo_mask(model_and_t
     """``sdpo.route`` (SRPO's sample routing, arXiv 2604.02288): the tokens of every error site
     the term distils leave the GRPO loss mask (0), all others stay (1); without it, no mask (the
     trainer multiplies a channel's mask into the GRPO loss mask in ``on_scored_batch``)."""
-    from trainer_client.rollout.spans import Segment, SegmentOwner
+    from trainer_client.rollout.segments import Segment, SegmentOwner
 
     model, tokenizer = model_and_tokenizer
     turns = [TurnReward(t=0, role=Role.SOLVER, reward=0.0, error_kind="wrong_answer",
@@ -439,7 +439,7 @@ def test_a_localised_hint_replaces_the_template_in_the_teacher_context(model_and
     sees, under a key that keeps the erring role; ``hint: template`` keeps the template;
     ``hint: reference`` (OPSD) shows the reference solution, and needs the solutions."""
     from trainer_client.losses.hint_distillation import SITES
-    from trainer_client.rollout.spans import Segment, SegmentOwner
+    from trainer_client.rollout.segments import Segment, SegmentOwner
 
     model, tokenizer = model_and_tokenizer
     localised = "Your final answer is not correct: the ones column is wrong (Ones: $4 + 2$)."

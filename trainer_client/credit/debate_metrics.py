@@ -1,10 +1,14 @@
 """The per-batch debate metrics the trainer logs: shaping statistics, per-role rewards, judge
-accuracy, episode reward, error-site rate and rollouts left out of the loss."""
+accuracy, episode reward, error-site rate and rollouts left out of the loss; and the views of a
+batch without its failed or dropped rollouts that those metrics and the loss channels read
+(a failed rollout's reward is not the policy's: ``docs/failures.md``)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -13,9 +17,9 @@ from env_server.protocol.models import EpisodeRewards
 from trainer_client.credit.role_samples import RoleSamples
 from trainer_client.credit.shaping import shaping_metrics
 from trainer_client.credit.shaping.base import TRAINED_ROLES
-from trainer_client.rollout.spans import Segment
+from trainer_client.rollout.segments import Segment
 
-__all__ = ["debate_metrics"]
+__all__ = ["debate_metrics", "kept_samples", "scored_only", "unfinished_rate", "without_dropped"]
 
 
 def debate_metrics(samples: RoleSamples, shaped: np.ndarray, records: Sequence[EpisodeRewards],
@@ -53,3 +57,49 @@ def debate_metrics(samples: RoleSamples, shaped: np.ndarray, records: Sequence[E
     metrics["debate/error_site_rate"] = sites / trained if trained else 0.0
     metrics["debate/unaligned_rollouts"] = float(sum(s is None for s in segments))
     return metrics
+
+
+def kept_samples(samples: RoleSamples, shaped: np.ndarray, keep: Sequence[bool]) -> tuple[RoleSamples, np.ndarray]:
+    """The samples (and their ``(N,)`` shaped rewards) of the rollouts ``keep`` selects, for
+    metrics that must not read failed rollouts; rollout indices stay those of the batch.
+
+    Raises:
+        ValueError: ``keep`` is not one flag per rollout, or ``shaped`` not ``(N,)``.
+    """
+    if len(keep) != len(samples.turn_roles):
+        raise ValueError(f"{len(keep)} flags for {len(samples.turn_roles)} rollouts")
+    if shaped.shape != (len(samples.index),):
+        raise ValueError(f"shaped rewards have shape {shaped.shape}, expected ({len(samples.index)},)")
+    mask = np.array([bool(keep[k]) for k, _ in samples.index], dtype=bool)
+    batch = samples.batch
+    columns = {name: tuple(v for v, m in zip(getattr(batch, name), mask, strict=True) if m)
+               for name in ("roles", "group_ids", "facts", "turns", "verifier_accept_prob")
+               if getattr(batch, name) is not None}
+    kept = replace(batch, rewards=batch.rewards[mask], **columns)
+    index = tuple(key for key, m in zip(samples.index, mask, strict=True) if m)
+    return RoleSamples(kept, index, samples.turn_roles), shaped[mask]
+
+
+def scored_only(samples: RoleSamples, shaped: np.ndarray, records: Sequence[Any],
+                failed: Sequence[bool]) -> tuple[RoleSamples, np.ndarray, list[Any]]:
+    """The samples, shaped rewards and records of the rollouts that did not fail (all of them
+    when none failed), for the batch's reward metrics."""
+    if not any(failed):
+        return samples, shaped, list(records)
+    keep = [not bad for bad in failed]
+    kept, kept_shaped = kept_samples(samples, shaped, keep)
+    return kept, kept_shaped, [record for record, k in zip(records, keep, strict=True) if k]
+
+
+def unfinished_rate(unfinished: Sequence[bool], failed: Sequence[bool]) -> dict[str, float]:
+    """``debate/unfinished_rate`` over the rollouts that did not fail (a failed rollout's
+    debate was finished by forfeits the policy never chose); ``{}`` when every one failed."""
+    played = [bool(u) for u, bad in zip(unfinished, failed, strict=True) if not bad]
+    return {"debate/unfinished_rate": float(np.mean(played))} if played else {}
+
+
+def without_dropped(segments: Sequence[Any], dropped: Sequence[bool], first: int) -> list[Any]:
+    """This process's rollouts' segments with ``None`` for the dropped ones (``dropped`` is
+    per rollout of the gathered batch, this process's first at ``first``): what the loss
+    channels are shown."""
+    return [None if dropped and dropped[first + k] else segs for k, segs in enumerate(segments)]

@@ -15,9 +15,9 @@ Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (a
 Where the paper is silent the conventions are verl-agent's (the authors' code): Bessel-corrected
 std, ``eps = 1e-6``, a lone trajectory keeps its return, a lone step gets 0; all through
 :func:`trainer_client.credit.group_norm.group_normalize`. numpy only; float64 inside, float32
-out. The trainer applies it per debate turn (:func:`trainer_client.credit.step_credit.gigpo_turn_values`,
-which also does Eq. 8) and spreads the result over each turn's tokens through the role spans
-(``role_samples.token_tensors``). A
+out. The reward pipeline applies it per debate turn (:func:`gigpo_turn_values`, which also does
+Eq. 8; its step inputs from :func:`trainer_client.credit.step_credit.gigpo_steps`) and spreads
+the result over each turn's tokens (``pipeline.token_tensors``). A
 by-the-paper reference of Eq. 8 and of all the equations end to end, which the tests compare
 against, is in ``tests/helpers/gigpo_reference.py``.
 """
@@ -26,19 +26,24 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Hashable, Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from env_server.protocol.markers import Role
 from trainer_client.credit.group_norm import GIGPO_EPS, group_normalize
+from trainer_client.credit.role_samples import RoleSamples
 
 __all__ = [
     "GiGPOConfig",
+    "GiGPOInputs",
     "NormMode",
     "anchor_state_groups",
     "discounted_returns",
     "episode_advantages",
+    "gigpo_turn_values",
     "step_advantages",
 ]
 
@@ -184,3 +189,85 @@ class GiGPOConfig(BaseModel):
     mode: Literal["mean_norm", "mean_std_norm"] = "mean_norm"
     similarity_threshold: float | None = Field(default=None, gt=0, le=1)
     step_reward_default: float = 0.0
+
+
+@dataclass(frozen=True)
+class GiGPOInputs:
+    """What GiGPO needs beyond the records, per rollout of the gathered batch.
+
+    Attributes:
+        step_rewards: ``r_t`` per turn (Eq. 5), one list per rollout.
+        observations: the acting role's observation per turn (Eq. 6 anchor states).
+        omega, gamma, mode, similarity_threshold: see ``config.GiGPOConfig``.
+    """
+
+    step_rewards: Sequence[Sequence[float]]
+    observations: Sequence[Sequence[str | None]]
+    omega: float
+    gamma: float
+    mode: NormMode = "mean_norm"
+    similarity_threshold: float | None = None
+
+
+def gigpo_turn_values(samples: RoleSamples, shaped: np.ndarray, rewards: Sequence[Sequence[float]],
+                      observations: Sequence[Sequence[str | None]], group_ids: Sequence[Any], omega: float,
+                      gamma: float, mode: NormMode = "mean_norm", similarity_threshold: float | None = None
+                      ) -> tuple[list[np.ndarray], dict[str, float]]:
+    """GiGPO advantages per turn.
+
+    Args:
+        samples: the (rollout, role) samples of the batch (``role_samples.build_role_samples``).
+        shaped: ``(N,)`` shaped reward per sample (the episode returns of Eq. 3, per role).
+        rewards: per rollout, ``r_t`` per turn (Eq. 5).
+        observations: per rollout, the acting role's observation per turn (Eq. 6).
+        group_ids: per rollout, its prompt group.
+        omega, gamma, mode, similarity_threshold: see :class:`~trainer_client.config.GiGPOConfig`.
+
+    Returns:
+        Per rollout, a float32 array of per-turn advantages ``A^E + ω·A^S`` (judge turns 0), and
+        metrics (``gigpo/anchor_fraction``: share of steps in a cluster of two or more).
+
+    Raises:
+        ValueError: lengths disagree.
+    """
+    if not (len(rewards) == len(observations) == len(group_ids) == len(samples.turn_roles)):
+        raise ValueError("rewards, observations, group ids and rollouts differ in length")
+    # Eq. 3 per (group, role) over the non-judge samples
+    keep = [i for i, role in enumerate(samples.roles) if role is not Role.JUDGE]
+    a_e = np.zeros(len(samples.index), dtype=np.float32)
+    if keep:
+        keys = [(samples.group_ids[i], samples.roles[i]) for i in keep]
+        a_e[keep] = episode_advantages(shaped[keep], keys, mode)
+    position = {key: i for i, key in enumerate(samples.index)}
+
+    out: list[np.ndarray] = []
+    step_returns: list[float] = []
+    anchors: list[tuple[Any, str]] = []
+    texts: list[str] = []
+    owners: list[tuple[int, int]] = []
+    for k, roles in enumerate(samples.turn_roles):
+        if len(rewards[k]) != len(roles) or len(observations[k]) != len(roles):
+            raise ValueError(f"rollout {k}: {len(roles)} turns, {len(rewards[k])} rewards, "
+                             f"{len(observations[k])} observations")
+        values = np.zeros(len(roles), dtype=np.float32)
+        returns = discounted_returns(rewards[k], gamma)  # Eq. 5
+        for t, role in enumerate(roles):
+            if role is Role.JUDGE:
+                continue
+            values[t] = a_e[position[(k, role)]]
+            step_returns.append(float(returns[t]))
+            anchors.append((group_ids[k], role.value))
+            observation = observations[k][t]
+            texts.append(observation if observation is not None else f"\x00unseen/{k}/{t}")  # never shared
+            owners.append((k, t))
+        out.append(values)
+    if owners:
+        clusters = anchor_state_groups(anchors, texts, similarity_threshold)  # Eq. 6
+        a_s = step_advantages(step_returns, clusters, mode)  # Eq. 7
+        for (k, t), value in zip(owners, a_s, strict=True):
+            out[k][t] += omega * value  # Eq. 8
+        sizes = np.bincount(clusters)
+        anchored = float(np.mean(sizes[clusters] > 1))
+    else:
+        anchored = 0.0
+    return out, {"gigpo/anchor_fraction": anchored}

@@ -154,7 +154,7 @@ class StepData(BaseModel):
             ``None`` before.
 
     The per-turn advantages are not kept here: GiGPO computes them on the gathered batch after
-    the steps (:func:`trainer_client.credit.step_credit.gigpo_turn_values`), and the trainer keeps no
+    the steps (:func:`trainer_client.credit.gigpo.gigpo_turn_values`), and the trainer keeps no
     per-step log-probabilities.
     """
 

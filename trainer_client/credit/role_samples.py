@@ -1,38 +1,34 @@
-"""From graded episodes to the per-token tensors the loss consumes.
+"""Steps 5-7 of the reward pipeline (:mod:`trainer_client.credit.pipeline`): role samples,
+shaping and per-turn values.
 
 One TRL rollout row is one whole debate in which the model plays every role; its completion
-holds several turns, each a token range (a :class:`~trainer_client.rollout.spans.Segment`). The path is::
+holds several turns, each a token range (a :class:`~trainer_client.rollout.segments.Segment`). Here::
 
     records --build_role_samples--> samples (one per (rollout, role))
             --shape_samples--------> per-sample shaped rewards (N,)
-            --group_normalize----> per-sample advantages (N,)          [group_norm, keys: role_group_keys]
-            --turn_values--------> per-turn values, one array per rollout
-            --token_tensors------> advantages (B, T) float32, loss_mask (B, T) bool
+            --group_normalize------> per-sample advantages (N,)   [group_norm, keys: role_group_keys]
+            --turn_values----------> per-turn values, one array per rollout
+      (or   --turn_group_values----> per-turn values, the ``grpo_turn`` estimator)
 
 Every turn of role ``r`` in rollout ``k`` gets sample ``(k, r)``'s value, so a role's value is
 uniform over its turns in single- and multi-round debates alike. Judge turns are excluded from
 the loss: judge samples are set to 0, left out of every group statistic, and their tokens are
-masked out. ``N`` counts samples and ``B`` rollouts (rows).
-
-Only :func:`token_tensors` needs torch, and imports it when called.
+masked out (the pipeline's step 8). ``N`` counts samples and ``B`` rollouts (rows). numpy only.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
+from trainer_client.credit.group_norm import GRPO_EPS, group_normalize
 from trainer_client.credit.shaping.base import RewardShapingStrategy, ShapedRewards, ShapingBatch, role_mask
-from trainer_client.rollout.spans import Segment
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = [
     "RoleSamples",
@@ -41,7 +37,7 @@ __all__ = [
     "resolve_sample_values",
     "role_group_keys",
     "shape_samples",
-    "token_tensors",
+    "turn_group_values",
     "turn_values",
 ]
 
@@ -249,45 +245,74 @@ def turn_values(samples: RoleSamples, sample_values: np.ndarray) -> list[np.ndar
     return out
 
 
-def token_tensors(
-    role_spans: Sequence[Sequence[Segment]],
-    per_turn_values: Sequence[Sequence[float] | np.ndarray],
-    T: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Spread per-turn values over their tokens.
+def turn_group_values(samples: RoleSamples, shaped: np.ndarray, scale: bool = True,
+                      eps: float = GRPO_EPS) -> list[np.ndarray]:
+    """Per-turn advantages of the ``grpo_turn`` estimator: group normalisation per (prompt, role,
+    that role's k-th turn).
+
+    ``grpo`` gives every turn of role ``r`` in rollout ``i`` one advantage, normalised over the
+    (prompt, role) group ``g``. ``grpo_turn`` normalises each turn against the same role's turns at
+    the same position in the other rollouts of its prompt. For rollout ``i`` of prompt ``g``, role
+    ``r`` with shaped reward ``v_{i,r}``, and ``j`` counting that role's turns from 0 in the order
+    played, let
+
+        G_{g,r,j} = { i' in g : rollout i' played at least j + 1 turns of role r }
+
+    then the advantage of the ``j``-th turn of ``r`` in rollout ``i`` is
+
+        A_{i,r,j} = (v_{i,r} − mean_{i' ∈ G_{g,r,j}} v_{i',r}) / (std_{i' ∈ G_{g,r,j}} v_{i',r} + ε)   if |G_{g,r,j}| ≥ 2,
+        A_{i,r,j} = A_{i,r}   (the (prompt, role) advantage of ``grpo``)                               if |G_{g,r,j}| = 1,
+
+    with the Bessel-corrected std and ``ε`` = 1e-4 (TRL's), no division when ``scale`` is off, and 0
+    for a group of zero spread; judge turns get 0. Debates of one prompt differ in length (a
+    verifier that accepts ends the debate; one that rejects buys the solver another round), so the
+    later turns' baseline is taken over the rollouts that reached them: a second solver turn is
+    compared with other second solver turns, not with rollouts whose debate ended after one.
+
+    Not AT-GRPO. AT-GRPO (Zhao et al. 2025, "Stronger Together: On-Policy Reinforcement Learning for
+    Collaborative LLMs", arXiv 2510.11062) also groups by agent and turn, but its groups are
+    *branches*: at each turn it samples K candidate actions from one shared state and compares
+    them with each other (same history, per-turn rewards), then continues one of them. Here the
+    members of a (prompt, role, j) group are the j-th turns of independently sampled rollouts:
+    their histories differ (different earlier turns), nothing is branched or re-sampled, and the
+    value compared is the role's shaped episode reward. The baseline is per position, not per state;
+    it costs no extra generation.
 
     Args:
-        role_spans: per rollout (row), the segments of its turns (each with an owner,
-            :func:`~trainer_client.rollout.spans.role_spans`).
-        per_turn_values: per rollout, the value of each turn ``t`` (see :func:`turn_values`).
-        T: completion length (padded), tokens.
+        samples: the gathered batch's role samples (rollouts of one prompt share a group id).
+        shaped: ``(N,)`` shaped reward per sample.
+        scale: divide by ``std + eps``; else only centre.
+        eps: added to the std.
 
     Returns:
-        ``values``: ``(B, T)`` float32 CPU tensor, a span's turn value on its tokens, 0 elsewhere.
-        ``loss_mask``: ``(B, T)`` bool CPU tensor, True on the tokens of non-judge spans only:
-        False on judge tokens, padding and tokens outside every span.
+        One array per rollout, of length its number of turns (indexed by ``t``), float like
+        ``shaped``; judge turns 0.
 
     Raises:
-        ValueError: the row counts differ, a span ends past ``T``, spans overlap, or a span's
-            turn has no value.
+        ValueError: ``shaped`` is not ``(N,)``, or a non-judge turn has no sample.
     """
-    import torch
-
-    if len(role_spans) != len(per_turn_values):
-        raise ValueError(f"{len(role_spans)} span rows for {len(per_turn_values)} value rows")
-    values = np.zeros((len(role_spans), T), dtype=np.float32)
-    mask = np.zeros((len(role_spans), T), dtype=bool)
-    for k, (spans, turn_vals) in enumerate(zip(role_spans, per_turn_values, strict=True)):
-        covered = np.zeros(T, dtype=bool)
-        for span in spans:
-            if span.end > T:
-                raise ValueError(f"row {k}: span {span} ends past T={T}")
-            if span.turn >= len(turn_vals):
-                raise ValueError(f"row {k}: span {span} refers to a turn with no value")
-            if covered[span.start:span.end].any():
-                raise ValueError(f"row {k}: span {span} overlaps another span")
-            covered[span.start:span.end] = True
-            if span.role is not Role.JUDGE:
-                values[k, span.start:span.end] = turn_vals[span.turn]
-                mask[k, span.start:span.end] = True
-    return torch.from_numpy(values), torch.from_numpy(mask)
+    if shaped.shape != (len(samples.index),):
+        raise ValueError(f"shaped rewards have shape {shaped.shape}, expected ({len(samples.index)},)")
+    fallback = group_normalize(shaped, role_group_keys(samples.roles, samples.group_ids), scale=scale, eps=eps,
+                               singleton="zero")
+    position = {key: i for i, key in enumerate(samples.index)}
+    keys: list[Hashable] = []
+    sites: list[tuple[int, int, int]] = []  # (rollout, t, sample)
+    for k, roles in enumerate(samples.turn_roles):
+        seen: Counter[Role] = Counter()
+        for t, role in enumerate(roles):
+            if role is Role.JUDGE:
+                continue
+            if (k, role) not in position:
+                raise ValueError(f"rollout {k} turn {t}: no sample for role {role.value!r}")
+            i = position[(k, role)]
+            keys.append((samples.group_ids[i], role, seen[role]))
+            seen[role] += 1
+            sites.append((k, t, i))
+    values = [float(shaped[i]) for _, _, i in sites]
+    normalized = group_normalize(values, keys, scale=scale, eps=eps, singleton="zero")
+    sizes = Counter(keys)
+    out = [np.zeros(len(roles), dtype=shaped.dtype) for roles in samples.turn_roles]
+    for (k, t, i), key, value in zip(sites, keys, normalized, strict=True):
+        out[k][t] = value if sizes[key] > 1 else fallback[i]
+    return out

@@ -11,7 +11,7 @@ The contract for reward authors:
   ``messages`` gives the same index (the example of :mod:`trainer_client.credit.reward_functions`).
   The step of the turn that message produced carries it as ``step_info["assistant_turn_index"]``
   (:func:`trainer_client.credit.step_credit.rollout_steps` computes it with
-  :func:`trainer_client.rollout.spans.segment_turns`, the matching the loss uses). In detail:
+  :func:`trainer_client.rollout.segments.segment_turns`, the matching the loss uses). In detail:
 
   - a tool call the environment accepted: the message's index names the turn it produced. A
     message whose several tool calls were accepted names the first of its turns (the one its

@@ -1,15 +1,15 @@
-"""Step-level credit for debates: per-turn steps, user step rewards and GiGPO per-turn values.
+"""GiGPO's step inputs for debates: per-turn steps and their rewards, before the batch is gathered.
 
 A debate rollout is a trajectory whose steps are its turns ``t`` (the policy plays every role).
 This module turns graded records, the environment's turn log, the rollout's completion messages
-and user reward results into the per-turn values :func:`~trainer_client.credit.role_samples.token_tensors`
-spreads over tokens:
+and user reward results into the step rewards and anchor observations that GiGPO
+(:func:`~trainer_client.credit.gigpo.gigpo_turn_values`, step 7 of the reward pipeline) reads:
 
 - :func:`rollout_steps`: one :class:`~trainer_client.credit.reward_functions.StepData` per turn. A turn
   the policy wrote carries ``step_info["assistant_turn_index"]``: the 0-based index, among the
   assistant messages of the rollout's completion (the messages a reward function receives after
   the prompt), of the message that produced it, found with
-  :func:`~trainer_client.rollout.spans.segment_turns` (the matching the loss uses). Not the debate turn
+  :func:`~trainer_client.rollout.segments.segment_turns` (the matching the loss uses). Not the debate turn
   ``t``: the two diverge after a rejected tool call, which takes an index and produces no turn.
   Rejected calls and messages written after the debate ended get no step (a step output naming
   one is reported with the reason); a fallback's index is its message's; forfeits get none; if
@@ -18,30 +18,25 @@ spreads over tokens:
 - :func:`step_rewards`: ``r_t`` from the user's step outputs (aligned, default for the rest) when
   the result has step outputs, else the server's per-turn rewards; it fills every step's
   ``base_reward`` (that ``r_t``) and ``return_to_go`` (Eq. 5, the return GiGPO's step level uses).
-- :func:`gigpo_turn_values`: GiGPO (Eqs. 3, 5, 6, 7, 8) on the batch. Episode level per role
-  (Eq. 3 on the shaped per-(rollout, role) rewards, so it composes with reward shaping); step
-  level over anchor states = (prompt group, role, the exact instructions the acting role saw).
-  Judge turns get 0 and are in no group. Its per-turn values are the advantages the trainer
-  uses; they are computed on the gathered batch, after the steps, and are not kept on them.
+- :func:`gigpo_steps`: both for this process's rollouts (the trainer gathers them).
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
-from trainer_client.credit.gigpo import NormMode, anchor_state_groups, discounted_returns, episode_advantages, step_advantages
+from trainer_client.credit.gigpo import discounted_returns
 from trainer_client.credit.reward_functions import EvaluateResult, StepData
-from trainer_client.credit.role_samples import RoleSamples
 from trainer_client.credit.step_alignment import StepAlignmentWarning, align_step_rewards, fill_default
-from trainer_client.rollout.spans import segment_turns
+from trainer_client.rollout.segments import segment_turns
 from trainer_client.rollout.trace import TurnLog
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AFTER_THE_END",
@@ -50,7 +45,7 @@ __all__ = [
     "UNANSWERED_CALL",
     "RolloutSteps",
     "assistant_turn_indices",
-    "gigpo_turn_values",
+    "gigpo_steps",
     "rollout_steps",
     "step_rewards",
 ]
@@ -93,7 +88,7 @@ def assistant_turn_indices(turn_log: Sequence[TurnLog], completion_messages: Seq
         the completion's assistant messages; assistant message index -> why it produced no step;
         and, when the messages cannot be matched with the log, the reason (then both maps are
         empty). Matched means: every fallback turn is owned by the last message (as
-        :func:`~trainer_client.rollout.spans.segment_turns` assigns it), and every tool turn is owned by
+        :func:`~trainer_client.rollout.segments.segment_turns` assigns it), and every tool turn is owned by
         a message, or its returned text is a tool message of the completion (a later accepted
         call of a message that made several), or it was made by the completion's last message,
         whose tool answers TRL dropped (they would have passed ``max_completion_length``).
@@ -195,65 +190,37 @@ def step_rewards(record: EpisodeRewards, rollout: RolloutSteps, result: Evaluate
     return out, problems
 
 
-def gigpo_turn_values(samples: RoleSamples, shaped: np.ndarray, rewards: Sequence[Sequence[float]],
-                      observations: Sequence[Sequence[str | None]], group_ids: Sequence[Any], omega: float,
-                      gamma: float, mode: NormMode = "mean_norm", similarity_threshold: float | None = None
-                      ) -> tuple[list[np.ndarray], dict[str, float]]:
-    """GiGPO advantages per turn.
+def gigpo_steps(records: Sequence[EpisodeRewards], turn_logs: Sequence[Sequence[Any]],
+                completions: Sequence[Sequence[dict[str, Any]] | None], user_results: Sequence[Any] | None,
+                step_reward_default: float, gamma: float) -> tuple[list[tuple[list[float], list[str | None]]], int]:
+    """GiGPO's step inputs for this process's rollouts (step 7, before gathering): per rollout
+    ``r_t`` per turn (Eq. 5) and the acting role's observation per turn (Eq. 6's anchor states).
 
     Args:
-        samples: the (rollout, role) samples of the batch (``role_mapping.build_role_samples``).
-        shaped: ``(N,)`` shaped reward per sample (the episode returns of Eq. 3, per role).
-        rewards: per rollout, ``r_t`` per turn (Eq. 5).
-        observations: per rollout, the acting role's observation per turn (Eq. 6).
-        group_ids: per rollout, its prompt group.
-        omega, gamma, mode, similarity_threshold: see :class:`~trainer_client.config.GiGPOConfig`.
+        records: ``B`` graded records (after steps 1-2).
+        turn_logs: ``B`` environment turn logs (``EpisodeTrace.turns``).
+        completions: ``B`` completion message lists (they say which assistant message made each turn).
+        user_results: ``B`` user reward results (their step outputs), or ``None``.
+        step_reward_default: the reward of a step left without one.
+        gamma: the step returns' discount.
 
     Returns:
-        Per rollout, a float32 array of per-turn advantages ``A^E + ω·A^S`` (judge turns 0), and
-        metrics (``gigpo/anchor_fraction``: share of steps in a cluster of two or more).
-
-    Raises:
-        ValueError: lengths disagree.
+        ``(steps, unaligned)``: per rollout ``(rewards, observations)``, and the number of user
+        step outputs that could not be placed.
     """
-    if not (len(rewards) == len(observations) == len(group_ids) == len(samples.turn_roles)):
-        raise ValueError("rewards, observations, group ids and rollouts differ in length")
-    # Eq. 3 per (group, role) over the non-judge samples
-    keep = [i for i, role in enumerate(samples.roles) if role is not Role.JUDGE]
-    a_e = np.zeros(len(samples.index), dtype=np.float32)
-    if keep:
-        keys = [(samples.group_ids[i], samples.roles[i]) for i in keep]
-        a_e[keep] = episode_advantages(shaped[keep], keys, mode)
-    position = {key: i for i, key in enumerate(samples.index)}
-
-    out: list[np.ndarray] = []
-    step_returns: list[float] = []
-    anchors: list[tuple[Any, str]] = []
-    texts: list[str] = []
-    owners: list[tuple[int, int]] = []
-    for k, roles in enumerate(samples.turn_roles):
-        if len(rewards[k]) != len(roles) or len(observations[k]) != len(roles):
-            raise ValueError(f"rollout {k}: {len(roles)} turns, {len(rewards[k])} rewards, "
-                             f"{len(observations[k])} observations")
-        values = np.zeros(len(roles), dtype=np.float32)
-        returns = discounted_returns(rewards[k], gamma)  # Eq. 5
-        for t, role in enumerate(roles):
-            if role is Role.JUDGE:
-                continue
-            values[t] = a_e[position[(k, role)]]
-            step_returns.append(float(returns[t]))
-            anchors.append((group_ids[k], role.value))
-            observation = observations[k][t]
-            texts.append(observation if observation is not None else f"\x00unseen/{k}/{t}")  # never shared
-            owners.append((k, t))
-        out.append(values)
-    if owners:
-        clusters = anchor_state_groups(anchors, texts, similarity_threshold)  # Eq. 6
-        a_s = step_advantages(step_returns, clusters, mode)  # Eq. 7
-        for (k, t), value in zip(owners, a_s, strict=True):
-            out[k][t] += omega * value  # Eq. 8
-        sizes = np.bincount(clusters)
-        anchored = float(np.mean(sizes[clusters] > 1))
-    else:
-        anchored = 0.0
-    return out, {"gigpo/anchor_fraction": anchored}
+    local, unaligned, unmatched = [], 0, []
+    for k, (record, turns) in enumerate(zip(records, turn_logs, strict=True)):
+        completion = completions[k] if k < len(completions) else None
+        rollout = rollout_steps(record, turns, completion)
+        result = user_results[k] if user_results is not None else None
+        rewards, problems = step_rewards(record, rollout, result, step_reward_default, gamma=gamma)
+        unaligned += len(problems)
+        for problem in problems:
+            log.debug("rollout %d: %s", k, problem)
+        if rollout.unmatched is not None and problems:
+            unmatched.append(rollout.unmatched)
+        local.append((rewards, [s.observation_data for s in rollout.steps]))
+    if unmatched:
+        log.warning("%d/%d rollouts: step outputs ignored, no assistant message index could be placed (%s)",
+                    len(unmatched), len(records), unmatched[0])
+    return local, unaligned

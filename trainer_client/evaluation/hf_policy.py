@@ -209,7 +209,7 @@ class HFPolicy(Policy):
 
     async def _accept_prob(self, context: list[int], completion: list[int], t: int) -> float | None:
         from trainer_client.model.verdict_probs import verdict_accept_probs
-        from trainer_client.rollout.spans import Segment, SegmentOwner
+        from trainer_client.rollout.segments import Segment, SegmentOwner
 
         segments = [[Segment(0, len(completion), SegmentOwner(t, Role.VERIFIER, True))]]
         async with self.lock:

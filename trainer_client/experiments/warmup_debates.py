@@ -3,7 +3,7 @@
 :func:`synthetic_debates` plays ``DebateEpisode`` locally with scripted actions and returns TRL
 message lists. With ``hint_fraction > 0`` some turns are *hint-following* examples: the
 server's hint for the error that turn's role would otherwise make (``HINT_TEMPLATES``, the text
-:class:`~trainer_client.losses.hint_distillation.HintDistillation` inserts before an erring turn
+:class:`~trainer_client.losses.hint_distillation.SDPOHintDistillation` inserts before an erring turn
 in its teacher context) comes as a user message right before the turn, and the turn is then
 the corrected one. That is how an instruction-following LLM reads such a hint, and what gives
 hint distillation something to distil on a tiny model (a model that never saw a hint is a

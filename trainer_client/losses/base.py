@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import torch
 
     from env_server.protocol.models import EpisodeRewards
-    from trainer_client.rollout.spans import Segment
+    from trainer_client.rollout.segments import Segment
     from trainer_client.trl_compat import CapturedForward
 
 __all__ = [
@@ -69,7 +69,7 @@ class ScoredBatch:
         output: TRL's batch dict (``prompt_ids`` ``(B, P)``, ``prompt_mask``, ``completion_ids``
             ``(B, T)``, ``completion_mask``, ``tool_mask``, ``advantages`` ``(B, T)``, ...); the
             term may add per-rollout columns.
-        records: ``B`` graded records (after the advantage pipeline's rewrites of ``G``).
+        records: ``B`` graded records (after the reward pipeline's rewrites of ``G``).
         environments: ``B`` ``DebateEnvironment`` instances (their ``trace``).
         segments: per rollout, its completion segments (``None``: not aligned, outside the loss).
         completions: per rollout, its completion messages (TRL's conversational format).

@@ -38,7 +38,7 @@ from trainer_client.losses.settings import SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
 from trainer_client.trl_compat import CapturedForward
 
-__all__ = ["HintDistillation", "SDPOConfig", "chat_delta", "hint_message_ids", "reference_hint"]
+__all__ = ["SDPOConfig", "SDPOHintDistillation", "chat_delta", "hint_message_ids", "reference_hint"]
 
 
 def reference_hint(solution: str) -> str:
@@ -73,7 +73,7 @@ def chat_delta(processor: Any, base: list[dict[str, str]], added: list[dict[str,
 
 def hint_message_ids(processor: Any, hint: str, **template_kwargs: Any) -> tuple[list[int], list[int]]:
     """How a hint goes into a context that ends with the generation prompt, as
-    :meth:`HintDistillation.hint_insertion` puts it there: ``(generation_prompt, inserted)``;
+    :meth:`SDPOHintDistillation.hint_insertion` puts it there: ``(generation_prompt, inserted)``;
     the context's trailing ``generation_prompt`` ids are replaced by ``inserted`` (the hint as
     a user message, then a new generation prompt). Used by the tiny models' hint-following
     warm-up, so that its hinted turns are laid out token for token as the SDPO teacher's.
@@ -103,9 +103,11 @@ def _instructions(environment: Any, t: int) -> str | None:
     return None
 
 
-@register_channel("hint_distillation")
-class HintDistillation(LossChannel):
-    """Hint distillation as an :class:`~trainer_client.losses.base.LossChannel` (weight ``α``).
+@register_channel("sdpo_hint_distill")
+class SDPOHintDistillation(LossChannel):
+    """SDPO hint distillation, the loss equation's ``sdpo_hint_distill`` term, as an
+    :class:`~trainer_client.losses.base.LossChannel` (weight ``α``; registered as
+    ``sdpo_hint_distill``).
 
     Args:
         config: the channel's settings (``sdpo`` in the config).

@@ -8,7 +8,7 @@ values: *accept* (``CORRECT``) and *reject* (``INCORRECT``). This module reads t
 off the policy's own next-token distribution at the place where the verdict word was generated,
 and feeds :data:`trainer_client.credit.shaping.base.VERIFIER_ACCEPT_PROB`.
 
-**Where the verdict is.** In rollout ``i``, the segment (:class:`~trainer_client.rollout.spans.Segment`)
+**Where the verdict is.** In rollout ``i``, the segment (:class:`~trainer_client.rollout.segments.Segment`)
 whose owner is the verifier's first produced turn (``role`` VERIFIER, ``produced`` True, the
 smallest ``t``) is decoded to text, and the verdict word is located as the server reads it
 (:func:`locate_verdict`):
@@ -79,7 +79,7 @@ import torch
 from env_server.debate.answers import VERDICT_PATTERN  # the server's own verdict pattern (parse_verdict)
 from env_server.protocol.markers import Role
 from trainer_client.model.forward import pack_responses, response_logits
-from trainer_client.rollout.spans import Segment
+from trainer_client.rollout.segments import Segment
 
 __all__ = ["VerdictLocation", "VerdictSite", "find_verdict_site", "first_verifier_segment", "locate_verdict",
            "verdict_accept_probs"]
@@ -374,7 +374,7 @@ def verdict_accept_probs(model: torch.nn.Module, tokenizer: Any,
             are dropped; without it every id is part of the prompt.
         completion_ids: ``(B, C)`` long tensor or ``B`` lists: each rollout's completion, the
             tokens the segments index (right padding is never read).
-        segments: per rollout, its segments (``spans.completion_segments``), or ``None``.
+        segments: per rollout, its segments (``segments.completion_segments``), or ``None``.
         prompt_mask: ``(B, P)`` 0/1, TRL's ``prompt_mask``; optional.
         max_rows_per_forward: at most this many rows (two per rollout) per forward; ``None``
             (default) = all in one forward.

@@ -19,8 +19,9 @@ connection, a malformed reply) is not an answer (``docs/failures.md``): its turn
 the forfeit placeholder without a tool call, so TRL's loop ends that rollout, and the failure is
 recorded, typed with the server's message, in :attr:`EndpointPlayer.last_failures` (per
 observation of the last :meth:`EndpointPlayer.play`) and :attr:`EndpointPlayer.failures`. The
-router marks the rollout failed and the trainer drops it from its group
-(:mod:`trainer_client.credit.failed_rollouts`): it is never scored as the model's forfeit.
+router marks the rollout failed and the trainer drops it from its group (the reward
+pipeline's step 4, :func:`trainer_client.credit.pipeline.drop_failed_rollouts`): it is never
+scored as the model's forfeit.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ endpoint (:class:`~trainer_client.policies.endpoint.EndpointPlayer`). The batch 
 route per round, so a round costs one generation call per route present.
 
 **Scoring.** Each completion token belongs to a segment, and a segment to the turn it produced
-or the turn that was due (:mod:`trainer_client.rollout.spans`): the role generation used.
+or the turn that was due (:mod:`trainer_client.rollout.segments`): the role generation used.
 :meth:`RoleRouter.token_routes` writes each token's adapter index (``-1``: no adapter);
 :meth:`RoleRouter.logps` computes the per-token log-probs once per adapter, with that adapter
 active over the whole sequence (a role's policy reads the whole debate), and keeps each token's
@@ -43,7 +43,7 @@ from env_server.protocol.markers import Role
 from trainer_client.policies.adapters import use_route
 from trainer_client.policies.endpoint import EndpointPlayer
 from trainer_client.policies.settings import PoliciesConfig, Route
-from trainer_client.rollout.spans import Segment
+from trainer_client.rollout.segments import Segment
 
 __all__ = ["ROUTES", "RoleRouter", "RowTracker", "adapters_off"]
 

@@ -10,15 +10,10 @@ import torch
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, TurnReward
-from trainer_client.credit.advantages import batch_advantages
-from trainer_client.credit.failed_rollouts import (
-    drop_failed_rollouts,
-    scored_only,
-    unfinished_rate,
-    without_dropped,
-)
+from trainer_client.credit.debate_metrics import scored_only, unfinished_rate, without_dropped
+from trainer_client.credit.pipeline import batch_advantages, drop_failed_rollouts
 from trainer_client.credit.shaping import get_strategy
-from trainer_client.rollout.spans import Segment, SegmentOwner
+from trainer_client.rollout.segments import Segment, SegmentOwner
 
 T = 5
 
@@ -54,8 +49,8 @@ def test_failed_rollouts_get_their_own_group_and_lonely_survivors_are_dropped() 
         drop_failed_rollouts([-1], [False])
 
 
-@pytest.mark.parametrize("by_turn", [False, True])
-def test_a_groups_advantages_are_those_of_the_batch_without_its_failed_rollouts(by_turn: bool) -> None:
+@pytest.mark.parametrize("estimator", ["grpo", "grpo_turn"])
+def test_a_groups_advantages_are_those_of_the_batch_without_its_failed_rollouts(estimator: str) -> None:
     """Batch of 3 prompts x 4 rollouts. Rollout 1 failed (reward 1, on a forfeit it never made);
     in prompt 2, three failed. The others' advantages equal those of the same pipeline on the
     batch where the failed rollouts were never sampled (prompt 0 with three rollouts, prompt 1
@@ -64,7 +59,7 @@ def test_a_groups_advantages_are_those_of_the_batch_without_its_failed_rollouts(
     failed = [False, True, False, False, False, False, False, False, True, False, True, True]
     records = [_record(r, f"e{k}") for k, r in enumerate(rewards)]
     result = batch_advantages(records, 4, get_strategy("identity"), _segments(12), T, 0, failed=failed,
-                              by_turn=by_turn)
+                              estimator=estimator)
     assert result.dropped == (False, True, False, False, False, False, False, False, True, True, True, True)
     assert result.metrics["rollouts/failed"] == 4.0 and result.metrics["rollouts/dropped"] == 5.0
     # the reference: GRPO's (v - mean) / (std + 1e-4) (Bessel-corrected, TRL's) over the scored

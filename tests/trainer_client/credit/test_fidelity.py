@@ -1,5 +1,5 @@
 """Credit fidelity (``credit/fidelity/<role>``): the share of a role's turns whose advantage sign
-agrees with the turn's own outcome, computed by hand, and through the real advantage pipeline."""
+agrees with the turn's own outcome, computed by hand, and through the real reward pipeline."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ def test_identity_credit_rewards_a_repaired_slip_and_own_outcome_does_not() -> N
     """One prompt, four rollouts: the solver right twice; the debate repairs one wrong answer
     (G = 1) and breaks one right answer (G = 0). Through ``batch_advantages`` (the trainer's
     pipeline), the solver's fidelity is 0.5 under identity and 1.0 under own_outcome."""
-    from trainer_client.credit.advantages import batch_advantages
+    from trainer_client.credit.pipeline import batch_advantages
     from trainer_client.credit.shaping import get_strategy
-    from trainer_client.rollout.spans import Segment
+    from trainer_client.rollout.segments import Segment
 
     records = [make_record([True], [True], True), make_record([False], [False], True),
                make_record([True], [False], False), make_record([False], [True], False)]

@@ -12,16 +12,16 @@ from records import make_record, per_role_normalize
 
 from env_server.protocol.markers import Role
 from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, TurnReward
+from trainer_client.credit.pipeline import token_tensors
 from trainer_client.credit.role_samples import (
     announce_strategy,
     build_role_samples,
     resolve_sample_values,
     shape_samples,
-    token_tensors,
     turn_values,
 )
 from trainer_client.credit.shaping import get_strategy
-from trainer_client.rollout.spans import Segment
+from trainer_client.rollout.segments import Segment
 
 # --------------------------------------------------------------------------- samples
 
@@ -173,14 +173,14 @@ def test_turn_values_judge_without_items_is_zero_other_roles_must_have_items():
 # --------------------------------------------------------------------------- token tensors
 
 
-def spans(*triples: tuple[int, str, int, int]) -> list[Segment]:
+def segs(*triples: tuple[int, str, int, int]) -> list[Segment]:
     return [Segment.of(turn=t, role=r, start=s, end=e) for t, r, s, e in triples]
 
 
 def test_token_tensors_fill_spans_and_mask_judge_padding_and_gaps():
     rows = [
-        spans((0, "solver", 0, 3), (1, "verifier", 4, 6), (2, "judge", 6, 8)),  # token 3 is a gap
-        spans((0, "solver", 0, 2), (1, "verifier", 2, 3), (2, "solver", 3, 5), (3, "verifier", 5, 6),
+        segs((0, "solver", 0, 3), (1, "verifier", 4, 6), (2, "judge", 6, 8)),  # token 3 is a gap
+        segs((0, "solver", 0, 2), (1, "verifier", 2, 3), (2, "solver", 3, 5), (3, "verifier", 5, 6),
               (4, "judge", 6, 7)),
     ]
     per_turn = [[0.5, -1.0, 7.0], np.array([2.0, 3.0, 2.0, 3.0, 7.0])]
@@ -195,13 +195,13 @@ def test_token_tensors_fill_spans_and_mask_judge_padding_and_gaps():
 
 def test_token_tensors_validation():
     with pytest.raises(ValueError, match="past T"):
-        token_tensors([spans((0, "solver", 0, 5))], [[1.0]], T=4)
+        token_tensors([segs((0, "solver", 0, 5))], [[1.0]], T=4)
     with pytest.raises(ValueError, match="overlaps"):
-        token_tensors([spans((0, "solver", 0, 3), (1, "verifier", 2, 4))], [[1.0, 1.0]], T=4)
+        token_tensors([segs((0, "solver", 0, 3), (1, "verifier", 2, 4))], [[1.0, 1.0]], T=4)
     with pytest.raises(ValueError, match="no value"):
-        token_tensors([spans((1, "verifier", 0, 2))], [[1.0]], T=4)
+        token_tensors([segs((1, "verifier", 0, 2))], [[1.0]], T=4)
     with pytest.raises(ValueError, match="rows"):
-        token_tensors([spans((0, "solver", 0, 2))], [], T=4)
+        token_tensors([segs((0, "solver", 0, 2))], [], T=4)
 
 
 def test_segment_validation():
@@ -273,8 +273,8 @@ def test_identity_advantages_equal_trl_grpo_advantages_on_a_single_turn_batch(sc
 
     # ours: the trainer's one reward-to-loss path (records -> samples -> identity shaping ->
     # per-role group normalisation -> tokens), for the whole batch on one process
-    from trainer_client.credit.advantages import batch_advantages
-    from trainer_client.rollout.spans import Segment, SegmentOwner
+    from trainer_client.credit.pipeline import batch_advantages
+    from trainer_client.rollout.segments import Segment, SegmentOwner
 
     segments = [[Segment(1, T, SegmentOwner(0, Role.SOLVER, True))] for _ in records]
     result = batch_advantages(records, num_generations, get_strategy("identity"), segments, T, 0, scale=scale)

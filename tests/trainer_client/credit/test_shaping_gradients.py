@@ -14,11 +14,11 @@ import pytest
 import torch
 from records import make_record, per_role_normalize
 
+from trainer_client.credit.pipeline import token_tensors
 from trainer_client.credit.role_samples import (
     build_role_samples,
     resolve_sample_values,
     shape_samples,
-    token_tensors,
     turn_values,
 )
 from trainer_client.credit.shaping import (
@@ -26,7 +26,7 @@ from trainer_client.credit.shaping import (
     create_strategy_from_config,
     get_strategy,
 )
-from trainer_client.rollout.spans import Segment
+from trainer_client.rollout.segments import Segment
 
 # Two prompts x four rollouts; records chosen so every non-identity strategy changes the
 # per-role group-normalised advantages (see the comments for the verifier's first answer).

@@ -11,13 +11,13 @@ from env_server.client import StepResult
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation, EpisodeRewards
 from env_server.protocol.models import Message as ObsMessage
+from trainer_client.credit.gigpo import gigpo_turn_values
 from trainer_client.credit.reward_functions import EvaluateResult, RolloutMessage, StepOutput
 from trainer_client.credit.role_samples import build_role_samples, turn_values
 from trainer_client.credit.step_credit import (
     AFTER_THE_END,
     REJECTED_CALL,
     UNANSWERED_CALL,
-    gigpo_turn_values,
     rollout_steps,
     step_rewards,
 )

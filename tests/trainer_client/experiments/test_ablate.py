@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from records import make_record
 
-from trainer_client.credit.advantages import score_unfinished_debates, shuffle_episode_rewards
+from trainer_client.credit.pipeline import score_unfinished_debates, shuffle_episode_rewards
 from trainer_client.experiments.ablate import Arm, RunResult, ablation_model, ablation_modes, plan_arms, static_controls
 from trainer_client.experiments.stats import mean_interval, paired_gain
 

@@ -85,16 +85,16 @@ def test_a_channel_can_take_tokens_away_from_the_grpo_term() -> None:
 def test_roles_default_to_the_trained_roles_and_the_registry_says_what_it_knows() -> None:
     assert HeadL2(weight=1.0).roles == {Role.SOLVER, Role.VERIFIER}
     assert HeadL2(weight=1.0, roles=["solver"]).roles == {Role.SOLVER}
-    assert {"hint_distillation", "trace_replay_dpo", "test_head_l2"} <= set(available_channels())
-    from trainer_client.losses.hint_distillation import HintDistillation
+    assert {"sdpo_hint_distill", "trace_replay_dpo", "test_head_l2"} <= set(available_channels())
+    from trainer_client.losses.hint_distillation import SDPOHintDistillation
 
-    assert channel_class("trainer_client.losses.hint_distillation:HintDistillation") is HintDistillation
+    assert channel_class("trainer_client.losses.hint_distillation:SDPOHintDistillation") is SDPOHintDistillation
     with pytest.raises(TypeError, match="not an LossChannel"):
         channel_class("trainer_client.losses.hint_distillation:SDPOConfig")
-    with pytest.raises(KeyError, match=r"registered: .*hint_distillation"):
+    with pytest.raises(KeyError, match=r"registered: .*sdpo_hint_distill"):
         channel_class("no_such_loss")
     with pytest.raises(ValueError, match="already registered"):
-        register_channel("hint_distillation")(HeadL2)
+        register_channel("sdpo_hint_distill")(HeadL2)
     with pytest.raises(ValueError, match="unknown loss channel"):
         load_config(None, None, {"channels": [{"name": "no_such_loss"}]})
 

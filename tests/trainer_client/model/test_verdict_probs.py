@@ -17,7 +17,7 @@ import torch
 
 from env_server.protocol.markers import Role
 from trainer_client.model.verdict_probs import locate_verdict, verdict_accept_probs
-from trainer_client.rollout.spans import Segment, SegmentOwner, completion_segments
+from trainer_client.rollout.segments import Segment, SegmentOwner, completion_segments
 from trainer_client.rollout.trace import TurnLog
 
 SOLVER = SegmentOwner(0, Role.SOLVER, True)

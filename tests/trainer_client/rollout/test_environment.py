@@ -7,7 +7,7 @@ import pytest
 from env_server.debate.problems import ProblemGenerator
 from env_server.protocol.markers import ErrorKind, Role
 from trainer_client.rollout.environment import environment_factory, shared_client
-from trainer_client.rollout.spans import SegmentOwner, completion_segments, mask_runs, role_spans, segment_turns
+from trainer_client.rollout.segments import SegmentOwner, completion_segments, mask_runs, owned_segments, segment_turns
 from trainer_client.rollout.tools import DEBATE_OVER
 from trainer_client.rollout.trace import TurnLog
 
@@ -75,7 +75,7 @@ def test_segments_align_with_turns_through_tool_results() -> None:
         SegmentOwner(2, Role.JUDGE, True), None]
     tokens = [1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0]
     segments = completion_segments(messages, turns, tokens)
-    spans = role_spans(segments)
+    spans = owned_segments(segments)
     assert [(s.turn, s.role, s.start, s.end) for s in spans] == [
         (0, Role.SOLVER, 0, 2), (1, Role.VERIFIER, 4, 5), (1, Role.VERIFIER, 6, 8), (2, Role.JUDGE, 9, 10)]
     assert completion_segments(messages, turns, [1, 0, 1]) is None  # token runs and messages disagree

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from records import make_record, per_role_normalize
 
-from trainer_client.credit.role_samples import build_role_samples, turn_values
-from trainer_client.credit.turn_groups import turn_group_values
+from trainer_client.credit.role_samples import build_role_samples, turn_group_values, turn_values
 
 
 def test_turns_are_normalised_against_the_same_roles_turns_at_the_same_position() -> None:
@@ -47,19 +46,19 @@ def test_without_scaling_the_turns_are_only_centred() -> None:
 
 
 def test_the_advantage_pipeline_spreads_the_turn_values_over_each_turns_tokens() -> None:
-    from trainer_client.credit.advantages import batch_advantages
+    from trainer_client.credit.pipeline import batch_advantages
     from trainer_client.credit.shaping import get_strategy
-    from trainer_client.rollout.spans import Segment
+    from trainer_client.rollout.segments import Segment
 
     records = [make_record([False, True], [False, True], None, "a"), make_record([True], [True], True, "b")]
     segments = [[Segment.of(0, "solver", 0, 2), Segment.of(1, "verifier", 2, 4), Segment.of(2, "solver", 4, 6),
                  Segment.of(3, "verifier", 6, 8), Segment.of(4, "judge", 8, 9)],
                 [Segment.of(0, "solver", 0, 3), Segment.of(1, "verifier", 3, 5), Segment.of(2, "judge", 5, 6)]]
-    result = batch_advantages(records, 2, get_strategy("identity"), segments, 10, 0, scale=False, by_turn=True)
+    result = batch_advantages(records, 2, get_strategy("identity"), segments, 10, 0, scale=False, estimator="grpo_turn")
     # identity shaping: G = 1 for both; every group has no spread, so every turn gets 0 ...
     assert not result.advantages.any()
     records[1] = records[1].model_copy(update={"episode_reward": 0.0})
-    result = batch_advantages(records, 2, get_strategy("identity"), segments, 10, 0, scale=False, by_turn=True)
+    result = batch_advantages(records, 2, get_strategy("identity"), segments, 10, 0, scale=False, estimator="grpo_turn")
     # ... with G = (1, 0): 1st turns ±0.5; a's 2nd solver and verifier turns alone: their (prompt, role) 0.5
     assert result.advantages[0].tolist() == [0.5] * 8 + [0.0, 0.0]
     assert result.advantages[1].tolist() == [-0.5] * 5 + [0.0] * 5

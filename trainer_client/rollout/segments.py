@@ -1,4 +1,4 @@
-"""Role spans: which tokens of a completion belong to which debate turn.
+"""Completion segments: which tokens of a completion belong to which debate turn.
 
 A TRL rollout with tools is one completion made of *segments*: each generation round of the
 model (``tool_mask == 1`` runs) separated by tool-result tokens (``tool_mask == 0``, masked
@@ -20,7 +20,7 @@ from typing import Any
 from env_server.protocol.markers import Role
 from trainer_client.rollout.trace import TurnLog
 
-__all__ = ["Segment", "SegmentOwner", "completion_segments", "mask_runs", "role_spans", "segment_turns"]
+__all__ = ["Segment", "SegmentOwner", "completion_segments", "mask_runs", "owned_segments", "segment_turns"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def segment_turns(messages: Sequence[dict[str, Any]], turns: Sequence[TurnLog]) 
 @dataclass(frozen=True)
 class Segment:
     """One generation round of the model in a completion: tokens ``[start, end)``, and the
-    turn it belongs to. The one span type of the trainer: the advantage pipeline spreads a
+    turn it belongs to. The one token-range type of the trainer: the reward pipeline spreads a
     turn's advantage over its segment's tokens, the loss channels cut their sites from it.
 
     Attributes:
@@ -124,7 +124,7 @@ class Segment:
 
     @classmethod
     def of(cls, turn: int, role: Role | str, start: int, end: int) -> Segment:
-        """The segment that produced turn ``turn`` of ``role`` (tests and hand-built spans)."""
+        """The segment that produced turn ``turn`` of ``role`` (tests and hand-built segments)."""
         return cls(start, end, SegmentOwner(turn, Role(role), True))
 
     @property
@@ -160,6 +160,6 @@ def completion_segments(messages: Sequence[dict[str, Any]], turns: Sequence[Turn
     return [Segment(start, end, owner) for (start, end), owner in zip(runs, owners, strict=True)]
 
 
-def role_spans(segments: Sequence[Segment]) -> list[Segment]:
+def owned_segments(segments: Sequence[Segment]) -> list[Segment]:
     """The loss-bearing segments: every segment with an owner (others stay outside the loss)."""
     return [s for s in segments if s.owner is not None]
