@@ -389,7 +389,7 @@ def test_replay_steps_raise_the_chosen_side_not_only_the_margin(model_and_tokeni
     if rpo_alpha > 0:
         assert chosen_5 > chosen_0 + 1.0, (chosen_0, chosen_5)  # and the chosen side itself rose
     logged = replay._pending_metrics
-    assert set(logged) == {"replay/chosen_logp", "replay/rejected_logp"}
+    assert set(logged) == {"replay/chosen_logp", "replay/rejected_logp", "replay/margin"}
 
     # the monitor: pairs held out of training (share 1.0 here: all of them) under the current policy
     store.add(pairs)

@@ -53,6 +53,9 @@ class DpoPair(BaseModel):
         ref_chosen_logp, ref_rejected_logp: summed log-probs of ``chosen_ids`` and
             ``rejected_ids`` given ``context_ids`` under the reference policy (the student's
             initial policy), set by the trainer before the pair is stored.
+        ref_chosen_token_logps, ref_rejected_token_logps: the same per token of the capped
+            sides (``replay.pair_tokens: disagreement``, whose margin weighs tokens apart);
+            ``None`` for pairs stored without them.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -70,6 +73,8 @@ class DpoPair(BaseModel):
     gold_supervised: bool = False
     ref_chosen_logp: float | None = None
     ref_rejected_logp: float | None = None
+    ref_chosen_token_logps: list[float] | None = None
+    ref_rejected_token_logps: list[float] | None = None
 
     @property
     def has_token_ids(self) -> bool:

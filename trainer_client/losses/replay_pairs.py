@@ -21,6 +21,7 @@ message calling the role's tool. A pair for turn ``t`` therefore uses
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 from typing import Any, cast
@@ -32,6 +33,7 @@ from trainer_client.rollout.tools import TOOL_FOR_ROLE
 __all__ = [
     "as_policy_writes",
     "cap_response",
+    "disagreement_weights",
     "rollout_pair_ids",
     "tool_call_message",
     "tool_call_response_ids",
@@ -151,7 +153,7 @@ def rollout_pair_ids(prompt_ids: Sequence[int], prompt_mask: Sequence[int], comp
     Args:
         prompt_ids, prompt_mask: the rollout's prompt row as TRL pads it (left padding, mask 0).
         completion_ids: the rollout's completion row (the model's and the tools' tokens).
-        start, end: the message's token range in the completion (a :class:`~trainer_client.rollout.spans.Segment`).
+        start, end: the message's token range in the completion (a :class:`~trainer_client.rollout.segments.Segment`).
 
     Returns:
         ``(context, response)``: the prompt's real tokens + ``completion_ids[:start]``, and
@@ -167,3 +169,44 @@ def cap_response(ids: Sequence[int], max_length: int) -> list[int]:
     if len(ids) <= max_length:
         return ids
     return [*ids[: max(0, max_length - 1)], ids[-1]] if max_length > 0 else []
+
+
+def disagreement_weights(chosen_ids: Sequence[int], rejected_ids: Sequence[int],
+                         shared_weight: float = 0.0) -> tuple[list[float], list[float]]:
+    """Per-token weights of a pair's two sides for a preference margin taken where they disagree.
+
+    Let ``p`` be the length of the two sides' common prefix (the first token where they differ
+    is token ``p``). Tokens before ``p`` weigh 0 (the shared prefix: excluded by construction).
+    After it, the two tails ``chosen[p:]`` and ``rejected[p:]`` are matched token by token with
+    ``difflib.SequenceMatcher`` (the longest matching blocks, no junk heuristic): a token in a
+    matching block is text both sides share (the same column-addition steps after a different
+    digit, the closing tool-call tokens) and weighs ``shared_weight``; every other token weighs 1.
+    The margin ``Σ w_c·(log π − log π_ref)(chosen) − Σ w_r·(log π − log π_ref)(rejected)`` then
+    pushes the rejected side down only where it says something the chosen side does not, and
+    the chosen side up only where it differs.
+
+    Args:
+        chosen_ids, rejected_ids: the two sides' token ids (as scored: capped alike).
+        shared_weight: weight of the shared tokens after the first difference, in ``[0, 1]``
+            (0 excludes them, 1 weighs them as DPO does).
+
+    Returns:
+        ``(chosen_weights, rejected_weights)``, one float per token of each side.
+
+    Raises:
+        ValueError: ``shared_weight`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= shared_weight <= 1.0:
+        raise ValueError(f"shared_weight must be in [0, 1], got {shared_weight}")
+    chosen, rejected = list(chosen_ids), list(rejected_ids)
+    p = 0
+    while p < min(len(chosen), len(rejected)) and chosen[p] == rejected[p]:
+        p += 1
+    weights_c = [0.0] * p + [1.0] * (len(chosen) - p)
+    weights_r = [0.0] * p + [1.0] * (len(rejected) - p)
+    matcher = difflib.SequenceMatcher(None, chosen[p:], rejected[p:], autojunk=False)
+    for block in matcher.get_matching_blocks():
+        for j in range(block.size):
+            weights_c[p + block.a + j] = shared_weight
+            weights_r[p + block.b + j] = shared_weight
+    return weights_c, weights_r

@@ -91,6 +91,16 @@ class ReplayConfig(BaseModel):
             idea): ``L = L_DPO − rpo_alpha · log π(y_w|x) / |y_w|`` (per-token mean), so the
             chosen side's likelihood is raised, not only the margin (pure DPO can widen the
             margin by pushing the rejected side down). 0: plain DPO.
+        pair_tokens: which tokens DPO's margin sums over. ``"all"`` (DPO as published): every
+            token of both sides. ``"disagreement"``: only where the two sides disagree
+            (:func:`~trainer_client.losses.replay_pairs.disagreement_weights`): the shared
+            prefix weighs 0, tokens after the first difference that both sides share weigh
+            ``shared_weight``, the rest 1; the pairs then store per-token reference log-probs.
+            The shared prefix cancels in DPO's margin anyway; what changes is the shared text
+            after the first difference, which plain DPO pushes down on the rejected side (in the
+            tiny model's pairs, 71% of the rejected tokens after the first difference equal the
+            chosen side's at the same offset: ``docs/ablation/factorial/``).
+        shared_weight: see ``pair_tokens`` (``"disagreement"`` only).
         max_pair_age: sample only pairs created within this many steps of the current one
             (``None``: any stored pair).
         heldout_pair_share: share of pairs (by a hash of their turn and token ids) kept out of
@@ -112,6 +122,8 @@ class ReplayConfig(BaseModel):
     budget_per_step: int = Field(default=16, ge=0)
     pairs_per_step: int = Field(default=4, ge=1)
     rpo_alpha: float = Field(default=0.0, ge=0)
+    pair_tokens: Literal["all", "disagreement"] = "all"
+    shared_weight: float = Field(default=0.0, ge=0, le=1)
     max_pair_age: int | None = Field(default=None, ge=0)
     heldout_pair_share: float = Field(default=0.1, ge=0, lt=1)
     monitor_every: int = Field(default=5, ge=1)

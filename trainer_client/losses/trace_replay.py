@@ -15,8 +15,13 @@ store; later steps add DPO's sigmoid loss (Rafailov et al. 2023, arXiv 2305.1829
 
 averaged over a sample of stored pairs, plus, with ``replay.rpo_alpha > 0``, RPO's negative
 log-likelihood of the chosen side (Pang et al. 2024, arXiv 2404.19733, Eq. 3):
-``− rpo_alpha · log π(y_w|x) / |y_w|``. Pairs an oracle teacher agreed on are marked
-gold-supervised.
+``− rpo_alpha · log π(y_w|x) / |y_w|``. With ``replay.pair_tokens: disagreement`` the two log-probs
+in the margin are sums weighted per token (``Σ_j w_j · log π(y_j | x, y_<j)``, the same weights
+on the reference's), where the weights
+(:func:`~trainer_client.losses.replay_pairs.disagreement_weights`) leave out the sides' shared
+prefix and weigh the text they share after the first difference by ``replay.shared_weight``:
+the rejected side is pushed down only where it disagrees with the chosen one. Pairs an oracle
+teacher agreed on are marked gold-supervised.
 
 Saturation is logged, not guessed: the trained pairs' mean chosen and rejected log-probs
 (``replay/chosen_logp``, ``replay/rejected_logp``, nats per pair) each step, and every
@@ -34,6 +39,7 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from accelerate.utils import is_peft_model
 
 from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch, register_channel
@@ -41,6 +47,7 @@ from trainer_client.losses.functional import chosen_nll, dpo_sigmoid_loss
 from trainer_client.losses.replay_pairs import (
     as_policy_writes,
     cap_response,
+    disagreement_weights,
     rollout_pair_ids,
     tool_call_message,
     tool_call_response_ids,
@@ -165,11 +172,25 @@ class TraceReplayDPO(LossChannel):
             pairs.append(pair)
         if not pairs:
             return
-        with torch.no_grad(), self.reference_policy() as reference:
-            chosen, rejected = self.pair_logps(reference, pairs)
-        for pair, c, r in zip(pairs, chosen.tolist(), rejected.tolist(), strict=True):
-            pair.ref_chosen_logp, pair.ref_rejected_logp = c, r
+        if self.config.pair_tokens == "disagreement":
+            self._set_token_references(pairs)
+        else:
+            with torch.no_grad(), self.reference_policy() as reference:
+                chosen, rejected = self.pair_logps(reference, pairs)
+            for pair, c, r in zip(pairs, chosen.tolist(), rejected.tolist(), strict=True):
+                pair.ref_chosen_logp, pair.ref_rejected_logp = c, r
         self.pair_store.add(pairs)
+
+    def _set_token_references(self, pairs: list[Any]) -> None:
+        """Each pair's per-token reference log-probs (and their sums) under the frozen initial
+        policy, one no-grad forward over the pairs (``pair_tokens: disagreement``)."""
+        limit = self.trainer.max_completion_length
+        with torch.no_grad(), self.reference_policy() as reference:
+            chosen, rejected = self.pair_logps(reference, pairs, per_token=True)
+        for pair, c, r in zip(pairs, chosen.tolist(), rejected.tolist(), strict=True):
+            c, r = c[:len(cap_response(pair.chosen_ids, limit))], r[:len(cap_response(pair.rejected_ids, limit))]
+            pair.ref_chosen_token_logps, pair.ref_rejected_token_logps = c, r
+            pair.ref_chosen_logp, pair.ref_rejected_logp = float(sum(c)), float(sum(r))
 
     def finish(self) -> None:
         """Store the pairs the teachers finished since the last step (call after training)."""
@@ -252,16 +273,18 @@ class TraceReplayDPO(LossChannel):
 
     # ------------------------------------------------------------------ the loss
 
-    def pair_logps(self, model: torch.nn.Module, pairs: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair_logps(self, model: torch.nn.Module, pairs: list[Any],
+                   per_token: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed log-probs of chosen and rejected token ids given each pair's context under
-        ``model``: two ``(N,)`` tensors."""
+        ``model``: two ``(N,)`` tensors (``per_token``: two ``(N, max_completion_length)``, see
+        :func:`replay_pair_logps`)."""
         trainer = self.trainer
         assert trainer.max_completion_length is not None, "GRPOConfig always sets max_completion_length"
 
         def score(subset: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
             return replay_pair_logps(model, subset, pad_token_id=trainer.processing_class.pad_token_id,
                                      max_completion_length=trainer.max_completion_length,
-                                     device=trainer.accelerator.device)
+                                     device=trainer.accelerator.device, per_token=per_token)
         router = getattr(trainer, "role_router", None)  # per-role policies: each pair under its role's adapter
         return score(pairs) if router is None else router.per_role(model, pairs, lambda pair: pair.role, score)  # type: ignore[return-value]  # per_role returns score's two tensors
 
@@ -328,17 +351,53 @@ class TraceReplayDPO(LossChannel):
         parameter), as for hint distillation's forwards; ``tests/e2e/test_multiprocess_training.py`` runs it."""
         if not pairs:
             return None
-        chosen, rejected = self.pair_logps(self.trainer.accelerator.unwrap_model(model), pairs)
-        ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
-        ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
-        self._pending_metrics.update({"replay/chosen_logp": chosen.detach().mean().item(),
-                                      "replay/rejected_logp": rejected.detach().mean().item()})
+        unwrapped = self.trainer.accelerator.unwrap_model(model)
+        if self.config.pair_tokens == "disagreement":
+            chosen, rejected, ref_chosen, ref_rejected = self._disagreement_logps(unwrapped, pairs)
+        else:
+            chosen, rejected = self.pair_logps(unwrapped, pairs)
+            ref_chosen = torch.tensor([p.ref_chosen_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
+            ref_rejected = torch.tensor([p.ref_rejected_logp for p in pairs], device=chosen.device, dtype=chosen.dtype)
+            self._pending_metrics.update({"replay/chosen_logp": chosen.detach().mean().item(),
+                                          "replay/rejected_logp": rejected.detach().mean().item()})
+        margin = (chosen - ref_chosen) - (rejected - ref_rejected)
+        self._pending_metrics["replay/margin"] = margin.detach().mean().item()
         loss = dpo_sigmoid_loss(chosen, rejected, ref_chosen, ref_rejected, self.config.dpo_beta)
         if self.config.rpo_alpha > 0:
             lengths = torch.tensor([len(cap_response(p.chosen_ids, self.trainer.max_completion_length)) for p in pairs],
                                    device=chosen.device, dtype=chosen.dtype)
             loss = loss + self.config.rpo_alpha * chosen_nll(chosen, lengths)
         return loss
+
+    def _disagreement_logps(self, model: torch.nn.Module, pairs: list[Any]) -> tuple[torch.Tensor, ...]:
+        """``pair_tokens: disagreement``: the policy's and the reference's log-probs of each
+        side summed with :func:`~trainer_client.losses.replay_pairs.disagreement_weights`, four
+        ``(N,)`` tensors (chosen, rejected, reference chosen, reference rejected). Pairs stored
+        without per-token references (another run's store) get them first, not persisted. Logs
+        the whole sides' log-probs (``replay/chosen_logp``, ``replay/rejected_logp``, comparable
+        with plain DPO's) and the share of the rejected side's tokens the margin weighs fully
+        (``replay/disagreement_share``)."""
+        missing = [p for p in pairs if p.ref_chosen_token_logps is None or p.ref_rejected_token_logps is None]
+        if missing:
+            self._set_token_references(missing)
+        chosen_tok, rejected_tok = self.pair_logps(model, pairs, per_token=True)
+        width, limit = chosen_tok.shape[1], self.trainer.max_completion_length
+        weights = torch.zeros((2, len(pairs), width), dtype=chosen_tok.dtype)
+        refs = torch.zeros((2, len(pairs), width), dtype=chosen_tok.dtype)
+        fully = []
+        for i, pair in enumerate(pairs):
+            w_c, w_r = disagreement_weights(cap_response(pair.chosen_ids, limit), cap_response(pair.rejected_ids, limit),
+                                            self.config.shared_weight)
+            weights[0, i, :len(w_c)], weights[1, i, :len(w_r)] = torch.tensor(w_c), torch.tensor(w_r)
+            refs[0, i, :len(w_c)] = torch.tensor(pair.ref_chosen_token_logps)
+            refs[1, i, :len(w_r)] = torch.tensor(pair.ref_rejected_token_logps)
+            fully.append(sum(w == 1.0 for w in w_r) / len(w_r))
+        weights, refs = weights.to(chosen_tok.device), refs.to(chosen_tok.device)
+        self._pending_metrics.update({"replay/chosen_logp": chosen_tok.detach().sum(-1).mean().item(),
+                                      "replay/rejected_logp": rejected_tok.detach().sum(-1).mean().item(),
+                                      "replay/disagreement_share": sum(fully) / len(fully)})
+        return ((chosen_tok * weights[0]).sum(-1), (rejected_tok * weights[1]).sum(-1),
+                (refs[0] * weights[0]).sum(-1), (refs[1] * weights[1]).sum(-1))
 
     def monitor(self, model: torch.nn.Module) -> dict[str, float]:
         """Held-out pairs under the current policy (no gradient): ``replay/heldout/accuracy``
@@ -365,8 +424,10 @@ class TraceReplayDPO(LossChannel):
 
 def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id: int | None,
                       max_completion_length: int, device: torch.device | str,
-                      max_context_tokens: int = 4096, shared_context: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed log-probs of each pair's chosen and rejected token ids given its context ids.
+                      max_context_tokens: int = 4096, shared_context: bool = True,
+                      per_token: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed log-probs of each pair's chosen and rejected token ids given its context ids (or,
+    with ``per_token``, each token's).
 
     Args:
         model: the policy or the reference policy.
@@ -381,9 +442,13 @@ def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id:
             (:func:`~trainer_client.model.forward.shared_context_logps`); ``False``, or a model
             under activation checkpointing, runs one ``context + response`` row per side (same
             values and gradients, about 1.6x the tokens with a 384-token context and 128-token turns).
+        per_token: each response token's log-prob instead of their sum.
 
     Returns:
-        ``(chosen, rejected)``, two ``(N,)`` float tensors (nats, summed over response tokens).
+        ``(chosen, rejected)``, two ``(N,)`` float tensors (nats, summed over response tokens);
+        with ``per_token``, two ``(N, max_completion_length)`` float32 tensors, token ``j`` of the
+        capped response at column ``j``, 0 past its end (a fixed width, so that per-role parts
+        concatenate).
 
     Raises:
         ValueError: a pair without token ids (an older pair format: never sampled for training).
@@ -399,9 +464,18 @@ def replay_pair_logps(model: torch.nn.Module, pairs: list[Any], *, pad_token_id:
     if shared_context and not checkpointing_active(model):
         # chosen and rejected share the context: run it once (its KV cache serves both), which
         # makes a pair cost one context + two turns instead of two contexts + two turns
-        logps = shared_context_logps(model, contexts, responses, pad, device)
+        logps = shared_context_logps(model, contexts, responses, pad, device, per_token=per_token)
+        if per_token:
+            logps = F.pad(logps, (0, max_completion_length - logps.shape[-1]))
         return logps[:, 0], logps[:, 1]
     # one ``context + response`` row per side (under activation checkpointing, which drops caches)
     batch = pack_responses([c for c in contexts for _ in (0, 1)], [r for group in responses for r in group], pad, device)
-    flat = head_logps(model, response_hidden(model, batch), batch.labels, batch.mask).sum(-1)  # never (2N, L, V) logits
+    tokens = head_logps(model, response_hidden(model, batch), batch.labels, batch.mask)  # never (2N, L, V) logits
+    if per_token:  # each row holds one response after its context: gather its scored columns, in order
+        rows = torch.zeros((tokens.shape[0], max_completion_length), dtype=tokens.dtype, device=tokens.device)
+        for i in range(tokens.shape[0]):
+            scored = tokens[i][batch.mask[i]]
+            rows[i, :scored.shape[0]] = scored
+        return rows[0::2], rows[1::2]
+    flat = tokens.sum(-1)
     return flat[0::2], flat[1::2]

@@ -182,7 +182,7 @@ def checkpointing_active(model: torch.nn.Module) -> bool:
 
 def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int]],
                          responses: Sequence[Sequence[Sequence[int]]], pad_id: int,
-                         device: torch.device | str = "cpu") -> torch.Tensor:
+                         device: torch.device | str = "cpu", per_token: bool = False) -> torch.Tensor:
     """Summed log-probs of ``K`` responses per context, each context run once.
 
     Pass 1 runs the left-padded contexts through the transformer body with ``use_cache=True``
@@ -202,9 +202,11 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
         responses: per context, ``K`` non-empty response token-id lists (the same ``K`` for all).
         pad_id: padding token id.
         device: where the tensors go.
+        per_token: return each response token's log-prob instead of their sum.
 
     Returns:
-        ``(N, K)`` float: ``sum_j log p(response_j | context, response_<j)``.
+        ``(N, K)`` float: ``sum_j log p(response_j | context, response_<j)``; with
+        ``per_token``, ``(N, K, L)`` float32, ``L`` the longest response, 0 past each response's end.
 
     Raises:
         ValueError: no contexts, an empty context or response, or differing ``K``.
@@ -238,6 +240,7 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
     first = body(input_ids=context_ids, attention_mask=context_mask, position_ids=context_positions, use_cache=True)
     # (N·K,) log p(first response token | context)
     logps = head_logps(model, first.last_hidden_state[:, -1:, :].repeat_interleave(k, dim=0), labels[:, :1])[:, 0]
+    tokens = [logps[:, None]]
     if length > 1:
         cache = output_cache(first)
         cache.batch_repeat_interleave(k)
@@ -250,8 +253,12 @@ def shared_context_logps(model: torch.nn.Module, contexts: Sequence[Sequence[int
                     **{cache_argument(body): cache})
         # the responses' logits a vocabulary slice at a time (head_logps), never (N·K, L, V); only
         # at response tokens (a short chosen turn is padded to the rejected one's length)
-        logps = logps + head_logps(model, rest.last_hidden_state, labels[:, 1:], mask[:, 1:]).sum(-1)
-    return logps.view(n, k)
+        rest_logps = head_logps(model, rest.last_hidden_state, labels[:, 1:], mask[:, 1:])
+        if per_token:
+            tokens.append(rest_logps)
+        else:
+            logps = logps + rest_logps.sum(-1)
+    return torch.cat(tokens, dim=1).view(n, k, length) if per_token else logps.view(n, k)
 
 
 def response_hidden_after_prefix(model: torch.nn.Module, source: CapturedForward, rows: Sequence[int],
