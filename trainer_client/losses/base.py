@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from trainer_client.trl_compat import CapturedForward
 
 __all__ = [
+    "RENAMED_CHANNELS",
     "LossChannel",
     "LossContext",
     "ScoredBatch",
@@ -200,11 +201,16 @@ def available_channels() -> list[str]:
     return sorted(_REGISTRY)
 
 
+#: Registry names of built-in channels that were renamed: the old name fails with one line naming the new.
+RENAMED_CHANNELS = {"hint_distillation": "sdpo_hint_distill"}
+
+
 def channel_class(name: str) -> type[LossChannel]:
     """The class registered as ``name``, or importable as ``"package.module:Class"``.
 
     Raises:
-        KeyError: an unknown name (the message lists the registered ones).
+        KeyError: an unknown name (the message lists the registered ones), or a renamed one
+            (:data:`RENAMED_CHANNELS`; the message names the new one).
         ImportError, AttributeError: a ``module:Class`` path that does not import.
         TypeError: the object found is not an :class:`LossChannel` subclass.
     """
@@ -216,6 +222,8 @@ def channel_class(name: str) -> type[LossChannel]:
         if not (isinstance(found, type) and issubclass(found, LossChannel)):
             raise TypeError(f"{name} is not an LossChannel subclass")
         return found
+    if name in RENAMED_CHANNELS:
+        raise KeyError(f"loss channel {name!r} is now {RENAMED_CHANNELS[name]!r}")
     if name not in _REGISTRY:
         raise KeyError(f"unknown loss channel {name!r}; registered: {', '.join(available_channels()) or 'none'}")
     return _REGISTRY[name]

@@ -89,6 +89,8 @@ def test_roles_default_to_the_trained_roles_and_the_registry_says_what_it_knows(
     from trainer_client.losses.hint_distillation import SDPOHintDistillation
 
     assert channel_class("trainer_client.losses.hint_distillation:SDPOHintDistillation") is SDPOHintDistillation
+    with pytest.raises(KeyError, match="'hint_distillation' is now 'sdpo_hint_distill'"):
+        channel_class("hint_distillation")
     with pytest.raises(TypeError, match="not an LossChannel"):
         channel_class("trainer_client.losses.hint_distillation:SDPOConfig")
     with pytest.raises(KeyError, match=r"registered: .*sdpo_hint_distill"):
