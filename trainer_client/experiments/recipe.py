@@ -45,8 +45,12 @@ TINY_ABLATION_SETTINGS: dict[str, Any] = {
 #: validation problems (lr 1e-4 and temperature 0.7 on version 1: lr 3e-4, temperature 1 gave
 #: 44.0% -> 21.0%; 100 steps: the length of every validation comparison of version 2,
 #: docs/ablation/baseline/protocol.md).
+#: Trace replay's form (``replay.pair_tokens``) for ``tiny-sums``: the disagreement tokens, chosen on
+#: validation problems by the pre-registered rule (57.2 against plain DPO's 57.5, within 1 point:
+#: docs/ablation/channels/validation.md); hint distillation keeps the preset's α 0.1 (58.5 against
+#: α 0.3's 55.5).
 TINY_MODEL_SETTINGS: dict[str, dict[str, Any]] = {"tiny-sums": {"learning_rate": 1e-4, "temperature": 0.7,
-                                                                "max_steps": 100}}
+                                                                "max_steps": 100, "replay.pair_tokens": "disagreement"}}
 #: The credit (``reward_shaping.strategy``) of a tiny model's debate recipe, chosen on validation
 #: problems: ``tiny-sums`` with ``own_outcome`` beat ``identity`` by 14-21 points of greedy
 #: first-answer accuracy on every one of 5 seeds (200 problems, 100 steps; docs/ablation/baseline/).

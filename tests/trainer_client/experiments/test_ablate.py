@@ -90,9 +90,9 @@ def test_ablate_without_options_runs_tiny_sums_recipe(tmp_path):
     parser = argparse.ArgumentParser()
     add_ablate_command(parser.add_subparsers())
 
-    def config_of(argv: list[str]):
+    def config_of(argv: list[str], overrides: dict | None = None):
         args = parser.parse_args(["ablate", *argv])
-        args.overrides = {}
+        args.overrides = overrides or {}
         model = ablation_model(args.model, args.config)
         [arm] = plan_arms(args.arms, args.shaping or [recipe_shaping(model)], ["debate"], shuffled_control=False)
         return arm, load_config(None, arm.preset, run_overrides(
@@ -102,6 +102,11 @@ def test_ablate_without_options_runs_tiny_sums_recipe(tmp_path):
     arm, config = config_of([])
     assert arm.name == "baseline+own_outcome" and config.reward_shaping.strategy == "own_outcome"
     assert (config.max_steps, config.learning_rate, config.temperature) == (100, 1e-4, 0.7)
+    assert (config.sdpo.alpha, config.replay.beta) == (0.0, 0.0)
+    # the channels' arms: the settings chosen on validation (docs/ablation/channels/validation.md)
+    teachers = [{"name": f"t{k}", "kind": "oracle"} for k in range(2)]
+    arm, config = config_of(["--arms", "full"], {"replay.teachers": teachers})
+    assert (config.sdpo.alpha, config.replay.beta, config.replay.pair_tokens) == (0.1, 0.05, "disagreement")
     arm, config = config_of(["--shaping", "identity", "--max-steps", "7"])
     assert arm.name == "baseline" and config.reward_shaping.strategy in (None, "identity") and config.max_steps == 7
     assert recipe_shaping("tiny-learning") == recipe_shaping("tiny") == "identity"
