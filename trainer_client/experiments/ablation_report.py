@@ -124,21 +124,42 @@ def _metric_entry(metric: str, before: dict[str, Any], before_vectors: Mapping[s
 def channel_effects(arms: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
     """The loss channels' paired effects on held-out accuracy (:data:`~trainer_client.experiments.stats.CHANNEL_CONTRASTS`,
     :func:`~trainer_client.experiments.stats.contrast`) over the seeds every arm of a contrast
-    has: ``{name: {"mean", "by_seed_ci95", "by_problem_ci95", "seeds"}}`` (fractions); contrasts
-    whose arms did not all run are left out."""
+    has, greedy first answer and, where the runs measured it, sampled (avg@k).
+
+    Arms are matched by their preset within each shared suffix of their names (the credit and the
+    mode: ``baseline+own_outcome`` against ``sdpo+own_outcome``, the recipe's arms), so a
+    factorial under any credit gets its contrasts; a suffix other than none is named in brackets.
+
+    Returns:
+        ``{name: {"mean", "by_seed_ci95", "by_problem_ci95", "seeds", "sampled"}}`` (fractions;
+        ``sampled`` the same figures for sampled accuracy, or ``None``); contrasts whose arms did
+        not all run are left out.
+    """
     from trainer_client.experiments.stats import CHANNEL_CONTRASTS, contrast
 
+    groups: dict[str, dict[str, list[Any]]] = {}
+    for name, runs in arms.items():
+        preset, _, suffix = name.partition("+")
+        groups.setdefault(suffix, {})[preset] = runs
     out: dict[str, dict[str, Any]] = {}
-    for name, weights in CHANNEL_CONTRASTS.items():
-        if not all(a in arms for a in weights):
-            continue
-        seeds = sorted(set.intersection(*({r.seed for r in arms[a]} for a in weights)))
-        if not seeds:
-            continue
-        correct = {a: [next(r.correct for r in arms[a] if r.seed == s) for s in seeds] for a in weights}
-        effect = contrast(correct, weights)
-        out[name] = {"mean": effect.by_seed.mean, "by_seed_ci95": [effect.by_seed.low, effect.by_seed.high],
-                     "by_problem_ci95": [effect.by_problem.low, effect.by_problem.high], "seeds": seeds}
+    for suffix, by_preset in groups.items():
+        for name, weights in CHANNEL_CONTRASTS.items():
+            if not all(a in by_preset for a in weights):
+                continue
+            seeds = sorted(set.intersection(*({r.seed for r in by_preset[a]} for a in weights)))
+            if not seeds:
+                continue
+            run = {a: {r.seed: r for r in by_preset[a]} for a in weights}
+            effect = contrast({a: [run[a][s].correct for s in seeds] for a in weights}, weights)
+            entry: dict[str, Any] = {"mean": effect.by_seed.mean, "by_seed_ci95": [effect.by_seed.low, effect.by_seed.high],
+                                     "by_problem_ci95": [effect.by_problem.low, effect.by_problem.high], "seeds": seeds,
+                                     "sampled": None}
+            if all((run[a][s].per_problem or {}).get("sampled_accuracy") for a in weights for s in seeds):
+                sampled = contrast({a: [run[a][s].per_problem["sampled_accuracy"] for s in seeds] for a in weights}, weights)
+                entry["sampled"] = {"mean": sampled.by_seed.mean,
+                                    "by_seed_ci95": [sampled.by_seed.low, sampled.by_seed.high],
+                                    "by_problem_ci95": [sampled.by_problem.low, sampled.by_problem.high]}
+            out[f"{name} ({suffix})" if suffix else name] = entry
     return out
 
 
@@ -206,11 +227,18 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
         lines.append("")
     if summary.get("effects"):
         lines += ["## Loss-channel effects (held-out accuracy, points; paired 95% intervals)", "",
-                  "| contrast | mean | over seeds | over problems | seeds |", "|---|---|---|---|---|"]
+                  "| contrast | greedy: mean | over seeds | over problems | sampled (avg@k): mean | over seeds | "
+                  "over problems | seeds |", "|---|---|---|---|---|---|---|---|"]
         for name, effect in summary["effects"].items():
-            seed_ci, problem_ci = effect["by_seed_ci95"], effect["by_problem_ci95"]
-            lines.append(f"| {name} | {100 * effect['mean']:+.1f} | [{100 * seed_ci[0]:+.1f}, {100 * seed_ci[1]:+.1f}] | "
-                         f"[{100 * problem_ci[0]:+.1f}, {100 * problem_ci[1]:+.1f}] | {len(effect['seeds'])} |")
+            cells = []
+            for figures in (effect, effect.get("sampled")):
+                if figures is None:
+                    cells += ["-", "-", "-"]
+                    continue
+                seed_ci, problem_ci = figures["by_seed_ci95"], figures["by_problem_ci95"]
+                cells += [f"{100 * figures['mean']:+.1f}", f"[{100 * seed_ci[0]:+.1f}, {100 * seed_ci[1]:+.1f}]",
+                          f"[{100 * problem_ci[0]:+.1f}, {100 * problem_ci[1]:+.1f}]"]
+            lines.append(f"| {name} | {' | '.join(cells)} | {len(effect['seeds'])} |")
         lines.append("")
     replay_rows = [(name, figures) for name, arm in summary["arms"].items()
                    for figures in arm.get("replay_by_seed", []) if figures]
