@@ -63,7 +63,7 @@ def test_every_shaping_strategy_shapes_single_answer_batches(strategy) -> None:
 
 def test_batch_advantages_on_single_answer_rollouts() -> None:
     """The trainer's whole reward-to-loss path on single-mode rollouts: each completion is one
-    solver span; the solver's group-normalised advantage covers it, nothing else is trained."""
+    solver segment; the solver's group-normalised advantage covers it, nothing else is trained."""
     records = [single_record(f"e{k}", correct) for k, correct in enumerate([True, False, True, True])]
     # the solver's tool call (tokens 0-5), then the tool's "debate is over" and the closing text (no owner)
     segments = [[Segment(0, 6, SegmentOwner(t=0, role=Role.SOLVER, produced=True)), Segment(6, 8, None)]

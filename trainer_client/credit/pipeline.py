@@ -83,8 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ESTIMATORS", "MIN_SCORED_PER_GROUP", "BatchAdvantages", "DroppedRollouts", "Estimator", "batch_advantages",
            "drop_failed_rollouts", "rescored_records", "score_unfinished_debates", "shuffle_episode_rewards",
-           "token_tensors", "trl_loss_mask", "user_rewards", "write_advantages",
-           "write_loss_mask"]
+           "token_tensors", "trl_loss_mask", "user_rewards", "write_advantages", "write_loss_mask"]
 
 log = logging.getLogger(__name__)
 

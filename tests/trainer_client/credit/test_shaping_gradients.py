@@ -44,7 +44,7 @@ GROUP_IDS = [0] * 4 + [1] * 4
 D, VOCAB = 8, 11
 
 
-def make_spans() -> tuple[list[list[Segment]], int]:
+def make_segments() -> tuple[list[list[Segment]], int]:
     """Turn k.t spans 2..4 tokens; a one-token gap (an observation) between turns."""
     rows = []
     for k, rec in enumerate(RECORDS):
@@ -57,7 +57,7 @@ def make_spans() -> tuple[list[list[Segment]], int]:
     return rows, max(row[-1].end for row in rows) + 2  # + padding
 
 
-SPANS, T = make_spans()
+SEGMENTS, T = make_segments()
 _gen = torch.Generator().manual_seed(1234)
 FEATURES = torch.randn(len(RECORDS), T, D, generator=_gen)
 ACTIONS = torch.randint(0, VOCAB, (len(RECORDS), T), generator=_gen)
@@ -70,7 +70,7 @@ def loss_inputs(strategy: RewardShapingStrategy | None, normalize: bool) -> tupl
     values = raw if strategy is None else shape_samples(strategy, samples)
     if normalize:
         values = per_role_normalize(values, samples.roles, samples.group_ids)
-    return token_tensors(SPANS, turn_values(samples, values), T)
+    return token_tensors(SEGMENTS, turn_values(samples, values), T)
 
 
 def grad_norms(advantages: torch.Tensor, mask: torch.Tensor, steps: int) -> torch.Tensor:
@@ -123,10 +123,10 @@ def by_hand_advantages(strategy: RewardShapingStrategy, normalize: bool) -> torc
             for (key, v) in members:
                 value[key] = 0.0 if len(vs) == 1 else (v - vs.mean()) / (vs.std(ddof=1) + 1e-4)
     out = torch.zeros(len(RECORDS), T)
-    for k, row in enumerate(SPANS):
-        for span in row:
-            if span.role.value != "judge":
-                out[k, span.start:span.end] = value[(k, span.role)]
+    for k, row in enumerate(SEGMENTS):
+        for segment in row:
+            if segment.role.value != "judge":
+                out[k, segment.start:segment.end] = value[(k, segment.role)]
     return out
 
 
@@ -169,15 +169,15 @@ def test_non_identity_strategy_changes_gradients(strategy, normalize):
 def test_judge_tokens_carry_no_gradient():
     samples = build_role_samples(RECORDS, GROUP_IDS)
     per_turn = turn_values(samples, shape_samples(get_strategy("identity"), samples))
-    advantages, mask = token_tensors(SPANS, per_turn, T)
-    judge_turns = [[s.turn for s in row if s.role.value == "judge"] for row in SPANS]
+    advantages, mask = token_tensors(SEGMENTS, per_turn, T)
+    judge_turns = [[s.turn for s in row if s.role.value == "judge"] for row in SEGMENTS]
     poisoned = [np.where(np.isin(np.arange(len(v)), j), 100.0, v) for v, j in zip(per_turn, judge_turns, strict=True)]
-    poisoned_adv, poisoned_mask = token_tensors(SPANS, poisoned, T)
+    poisoned_adv, poisoned_mask = token_tensors(SEGMENTS, poisoned, T)
     assert torch.equal(poisoned_mask, mask)
     torch.testing.assert_close(grad_norms(poisoned_adv, poisoned_mask, 1), grad_norms(advantages, mask, 1))
-    for k, row in enumerate(SPANS):
-        for span in row:
-            assert bool(mask[k, span.start:span.end].any()) == (span.role.value != "judge")
+    for k, row in enumerate(SEGMENTS):
+        for segment in row:
+            assert bool(mask[k, segment.start:segment.end].any()) == (segment.role.value != "judge")
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The TRL environment adapter against a live server, and role-span alignment."""
+"""The TRL environment adapter against a live server, and which tokens belong to which turn (completion segments)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def test_segments_align_with_turns_through_tool_results() -> None:
         SegmentOwner(2, Role.JUDGE, True), None]
     tokens = [1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0]
     segments = completion_segments(messages, turns, tokens)
-    spans = owned_segments(segments)
-    assert [(s.turn, s.role, s.start, s.end) for s in spans] == [
+    owned = owned_segments(segments)
+    assert [(s.turn, s.role, s.start, s.end) for s in owned] == [
         (0, Role.SOLVER, 0, 2), (1, Role.VERIFIER, 4, 5), (1, Role.VERIFIER, 6, 8), (2, Role.JUDGE, 9, 10)]
     assert completion_segments(messages, turns, [1, 0, 1]) is None  # token runs and messages disagree
 
