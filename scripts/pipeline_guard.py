@@ -45,8 +45,6 @@ def _segments_json(segments: Any) -> Any:
 
 
 def capture(out: Path, inputs_path: Path | None) -> None:
-    import torch
-
     import trainer_client.trainer as trainer_module
     from env_server.cli import running_server
     from trainer_client.config import load_config
@@ -139,7 +137,6 @@ def capture(out: Path, inputs_path: Path | None) -> None:
         with gzip.open(inputs_path, "wt") as fh:
             json.dump({"shaping": "own_outcome", "steps": inputs}, fh)
     print(f"captured {len(steps)} steps, losses {losses}")
-    del torch
 
 
 def compare(a: Path, b: Path) -> int:

@@ -147,3 +147,25 @@ def test_the_shared_text_s_log_probs_never_enter_the_loss_and_steps_widen_the_ma
     assert replay._pending_metrics["replay/margin"] > 1.0
     assert set(replay._pending_metrics) == {"replay/chosen_logp", "replay/rejected_logp", "replay/margin",
                                             "replay/disagreement_share"}
+
+
+def test_per_token_log_probs_agree_between_the_shared_context_and_one_row_per_side(model_and_tokenizer,
+                                                                                      tmp_path) -> None:
+    """The path taken under activation checkpointing (one ``context + response`` row per side)
+    gives the same per-token log-probs, at the same columns, as the shared-context path, and
+    they sum to the summed log-probs."""
+    from trainer_client.losses.trace_replay import replay_pair_logps
+
+    model, tokenizer, trainer = _trainer(model_and_tokenizer, tmp_path)
+    pairs = [_pair(tokenizer, CHOSEN, REJECTED, "a"), _pair(tokenizer, r"So \boxed{43}", r"It is \boxed{33}", "b")]
+    kwargs = {"pad_token_id": tokenizer.pad_token_id, "max_completion_length": trainer.max_completion_length,
+              "device": "cpu"}
+    with torch.no_grad():
+        shared = replay_pair_logps(model, pairs, per_token=True, **kwargs)
+        rows = replay_pair_logps(model, pairs, per_token=True, shared_context=False, **kwargs)
+        summed = replay_pair_logps(model, pairs, **kwargs)
+    for a, b, s in zip(shared, rows, summed, strict=True):
+        assert a.shape == (2, trainer.max_completion_length)
+        assert torch.allclose(a, b, atol=1e-5)
+        assert torch.allclose(a.sum(-1), s, atol=1e-4)
+    assert (shared[0][1, len(pairs[1].chosen_ids):] == 0).all()  # 0 past a side's end
