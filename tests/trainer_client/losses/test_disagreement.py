@@ -144,7 +144,7 @@ def test_the_shared_text_s_log_probs_never_enter_the_loss_and_steps_widen_the_ma
         optimizer.step()
     with torch.no_grad():
         replay.dpo_loss(model, [pair])
-    assert replay._pending_metrics["replay/margin"] > 1.0
+    assert replay._pending_metrics["replay/margin"] > 1.0  # 9.7 here (1 and 2 threads): far from the bar
     assert set(replay._pending_metrics) == {"replay/chosen_logp", "replay/rejected_logp", "replay/margin",
                                             "replay/disagreement_share"}
 
