@@ -315,7 +315,7 @@ def plain_trl(config: Any, clock: Any, callbacks: list[Any] | None = None) -> No
     from trainer_client.trl_compat import checkpointing_off
 
     cuda = torch.cuda.is_available()
-    args = GRPOConfig(  # as trainer_client/experiments/train.py builds it
+    args = GRPOConfig(  # as trainer_client/training/train.py builds it
         output_dir=config.output_dir, max_steps=config.max_steps, learning_rate=config.learning_rate,
         per_device_train_batch_size=config.per_device_train_batch_size,
         gradient_accumulation_steps=config.gradient_accumulation_steps, num_generations=config.num_generations,
@@ -356,7 +356,7 @@ def run_arm(arm: str, spec: dict[str, Any], out: Path) -> dict[str, Any]:
         if arm == "trl":
             plain_trl(config, clock, callbacks)
         else:
-            from trainer_client.experiments.train import run_training
+            from trainer_client.training.train import run_training
 
             run_training(config, progress=False, callbacks=[clock, *callbacks])
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
@@ -441,7 +441,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from env_server.cli import running_server
     from env_server.provenance import provenance
-    from trainer_client.experiments.tiny_model import SPECIAL_TOKENS, build_tiny_model
+    from trainer_client.tiny_models.build import SPECIAL_TOKENS, build_tiny_model
 
     shape = SHAPES[args.shape]
     steps = args.steps or shape["steps"]

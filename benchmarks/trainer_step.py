@@ -130,7 +130,7 @@ def step_time_benchmark(args) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from trainer_client.experiments.tiny_model import build_tiny_model
+    from trainer_client.tiny_models.build import build_tiny_model
 
     torch.manual_seed(0)
     workdir = Path(tempfile.mkdtemp(prefix="mathdebate-bench-"))

@@ -30,8 +30,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.heldout import solver_prompt_ids
-    from trainer_client.experiments.tiny_model import build_tiny_model
+    from trainer_client.evaluation.heldout import solver_prompt_ids
+    from trainer_client.tiny_models.build import build_tiny_model
 
     model_dir = args.model or str(build_tiny_model("outputs/tiny-model"))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -263,8 +263,8 @@ else
     # trainer image builds (cached in .compose-test/), then put in the outputs volume.
     tiny="$ROOT/$STATE/tiny-model"
     .venv/bin/python -c "import importlib, sys
-try:  # trainer_client.experiments.tiny_model since the layer packages; trainer_client.tiny_model before
-    tm = importlib.import_module('trainer_client.experiments.tiny_model')
+try:  # trainer_client.tiny_models.build since the layer packages; trainer_client.tiny_model before
+    tm = importlib.import_module('trainer_client.tiny_models.build')
 except ModuleNotFoundError:
     tm = importlib.import_module('trainer_client.tiny_model')
 tm.build_tiny_model(sys.argv[1], tm.TinyModelSpec({**tm.default_spec(), 'sft_steps': 2, 'sft_schedule_steps': 300}))" "$tiny" \

@@ -24,7 +24,7 @@ export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 # Build (or reuse) the tiny model here, outside pytest's per-test timeout: on 2 loaded cores the
 # build alone has taken over 5 minutes.
-if ! "$venv/bin/python" -c "import sys; from trainer_client.experiments.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" \
+if ! "$venv/bin/python" -c "import sys; from trainer_client.tiny_models.build import build_tiny_model; build_tiny_model(sys.argv[1])" \
     "$MATHDEBATE_TEST_TINY_MODEL" >&2; then
   echo "vllm-cpu: 0 passed, 1 failed (could not build the tiny model)"
   exit 1

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the figures here")
     args = parser.parse_args(argv)
 
-    from trainer_client.experiments.compare_runs import compare_ablations
+    from trainer_client.ablation.compare_runs import compare_ablations
 
     try:
         result = compare_ablations(args.first, args.second, args.arm)

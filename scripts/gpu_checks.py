@@ -52,8 +52,8 @@ def _no_cuda() -> str | None:
 def _train(work: Path, tiny: Path, url: str, name: str, steps: int, **overrides) -> list[dict]:
     from trainer_client.cli import demo_config
     from trainer_client.credit.shaping import RewardShapingConfig
-    from trainer_client.experiments.reporting import read_metrics
-    from trainer_client.experiments.train import run_training
+    from trainer_client.training.reporting import read_metrics
+    from trainer_client.training.train import run_training
 
     out = work / name
     config = demo_config(str(out), url, steps).model_copy(update={
@@ -178,7 +178,7 @@ def main() -> int:
             print(f"{name}: unavailable: {why}", flush=True)
         return 0
     from env_server.cli import running_server
-    from trainer_client.experiments.tiny_model import build_tiny_model
+    from trainer_client.tiny_models.build import build_tiny_model
 
     work = Path(args.work or tempfile.mkdtemp(prefix="mathdebate-gpu-"))
     tiny = build_tiny_model(work / "tiny-model")

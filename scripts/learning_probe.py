@@ -1,6 +1,6 @@
 """Learning probe: does baseline GRPO against the env server improve the tiny model?
 
-1. build the learning tiny model (``trainer_client.experiments.tiny_model.learning_spec``, overridable);
+1. build the learning tiny model (``trainer_client.tiny_models.build.learning_spec``, overridable);
 2. evaluate greedy first-answer accuracy (and pass@k) on N held-out problems (seeds >= 10**9);
 3. run baseline GRPO (identity shaping, sdpo.alpha = replay.beta = 0, max_rounds 1) for the
    given steps against an in-process server serving ``gen:<family>``;
@@ -36,7 +36,7 @@ def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from env_server.debate.problems import load_problem_source
-    from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.evaluation.heldout import evaluate_first_answers, heldout_seeds
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -73,14 +73,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from env_server.cli import running_server
     from trainer_client.config import TINY_MODELS, load_config
-    from trainer_client.experiments import tiny_model
-    from trainer_client.experiments.reporting import read_metrics
-    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model
-    from trainer_client.experiments.train import run_training
+    from trainer_client.tiny_models import recipes
+    from trainer_client.tiny_models.build import build_tiny_model
+    from trainer_client.tiny_models.recipes import TinyModelSpec
+    from trainer_client.training.reporting import read_metrics
+    from trainer_client.training.train import run_training
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    spec = TinyModelSpec(getattr(tiny_model, TINY_MODELS[args.model])(), **json.loads(args.spec))
+    spec = TinyModelSpec(getattr(recipes, TINY_MODELS[args.model])(), **json.loads(args.spec))
     family = spec["family"]
     summary: dict[str, Any] = {"spec": spec}
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     monitor = None
     if args.curve_every:
         from env_server.debate.problems import load_problem_source
-        from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
+        from trainer_client.evaluation.heldout import evaluate_first_answers, heldout_seeds
 
         source = load_problem_source(f"gen:{family}")
 

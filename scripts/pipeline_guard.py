@@ -49,9 +49,9 @@ def capture(out: Path, inputs_path: Path | None) -> None:
     from env_server.cli import running_server
     from trainer_client.config import load_config
     from trainer_client.credit.shaping import RewardShapingConfig
-    from trainer_client.experiments.recipe import tiny_run_settings
-    from trainer_client.experiments.tiny_model import tiny_model_path
-    from trainer_client.experiments.train import run_training
+    from trainer_client.tiny_models.build import tiny_model_path
+    from trainer_client.tiny_models.run_recipe import tiny_run_settings
+    from trainer_client.training.train import run_training
 
     out.mkdir(parents=True, exist_ok=True)
     steps: list[dict[str, Any]] = []

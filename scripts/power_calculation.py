@@ -3,9 +3,9 @@
 Reads every finished run of one arm in an ablation folder (``runs/<arm>/seed<k>/result.json``:
 each run's per-problem correctness, greedy and sampled), splits the across-seed variance of its
 accuracy into the seed effect and the per-problem part
-(:func:`trainer_client.experiments.stats.seed_variance`), and prints, for each metric, how many
+(:func:`trainer_client.ablation.stats.seed_variance`), and prints, for each metric, how many
 paired seeds detect a difference of ``--effect`` between two arms with a seed-level 95% interval
-at 80% power, for several numbers of evaluation problems (:func:`~trainer_client.experiments.stats.required_seeds`).
+at 80% power, for several numbers of evaluation problems (:func:`~trainer_client.ablation.stats.required_seeds`).
 Sampled accuracy is extrapolated to other sample counts ``k`` by splitting its per-problem
 variance into the part between seeds and the binomial part ``p(1 - p) / k``.
 
@@ -52,7 +52,7 @@ def power_table(correct: np.ndarray, effect: float, problems: list[int], samples
     Returns:
         ``{"between", "within", "seeds", "problems", "required": {label: seeds}}``.
     """
-    from trainer_client.experiments.stats import SeedVariance, required_seeds, seed_variance
+    from trainer_client.ablation.stats import SeedVariance, required_seeds, seed_variance
 
     measured = seed_variance(correct)
     out: dict[str, Any] = {"between": measured.between, "within": measured.within, "seeds": measured.seeds,

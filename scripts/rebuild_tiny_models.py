@@ -1,6 +1,6 @@
 """Rebuild a tiny model from its recipe and compare it with its committed build; measure a start.
 
-The protocol's starting policies are committed builds (``trainer_client/experiments/pinned/``):
+The protocol's starting policies are committed builds (``trainer_client/tiny_models/pinned/``):
 the warm-up's floating-point sums depend on the torch thread count and the CPU, so a rebuild may
 land elsewhere. This script (not run in CI: a build takes minutes) rebuilds a model from its
 recipe (``build_tiny_model(..., pinned=False)``), prints the weights fingerprint and greedy
@@ -41,8 +41,8 @@ def _accuracy(path: Path, problems: int) -> float:
 
     from env_server.debate.problems import load_problem_source
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
-    from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
-    from trainer_client.experiments.recipe import TINY_FAMILIES
+    from trainer_client.evaluation.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.tiny_models.run_recipe import TINY_FAMILIES
 
     spec = json.loads((path / "tiny_model.json").read_text())["spec"]
     family = f"gen:{spec['family']}" if spec.get("family") else TINY_FAMILIES.get("tiny")
@@ -53,16 +53,16 @@ def _accuracy(path: Path, problems: int) -> float:
 
 def start_figures(path: Path, problems: int, k: int, temperature: float) -> dict[str, Any]:
     """Every figure of the model at ``path`` as a starting policy on ``problems`` validation
-    problems: :func:`~trainer_client.experiments.policy_eval.evaluate_policy` in debate and in
+    problems: :func:`~trainer_client.evaluation.policy_eval.evaluate_policy` in debate and in
     single mode (``k`` samples at ``temperature``), and the hint probe."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from env_server.debate.problems import load_problem_source
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
+    from trainer_client.ablation.hint_probe import probe_hints
     from trainer_client.config import TrainConfig
-    from trainer_client.experiments.heldout import heldout_seeds
-    from trainer_client.experiments.hint_probe import probe_hints
-    from trainer_client.experiments.policy_eval import evaluate_policy
+    from trainer_client.evaluation.heldout import heldout_seeds
+    from trainer_client.evaluation.policy_eval import evaluate_policy
 
     spec = json.loads((path / "tiny_model.json").read_text())["spec"]
     source = load_problem_source(f"gen:{spec['family']}")
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from trainer_client.experiments.tiny_model import PINNED_DIR, build_tiny_model, pinned_build, tiny_model_spec
+    from trainer_client.tiny_models.build import PINNED_DIR, build_tiny_model, pinned_build
+    from trainer_client.tiny_models.recipes import tiny_model_spec
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             if target.exists():
                 shutil.rmtree(target)
             target.mkdir(parents=True)
-            from trainer_client.experiments.tiny_model import BUILD_FILES
+            from trainer_client.tiny_models.build import BUILD_FILES
 
             for name in BUILD_FILES:
                 if (rebuilt / name).exists():

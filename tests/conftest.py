@@ -53,10 +53,11 @@ def math500_server_url(math500_path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def tiny_learning_dir(tmp_path_factory) -> str:
     """The learning experiment's tiny model (``tiny_model.learning_spec``): its committed build
-    (``trainer_client/experiments/pinned/tiny-learning``, the same weights on every machine and
+    (``trainer_client/tiny_models/pinned/tiny-learning``, the same weights on every machine and
     thread count), copied once per test session. ``MATHDEBATE_TEST_TINY_LEARNING_MODEL`` may name
     a directory to copy into and reuse."""
-    from trainer_client.experiments.tiny_model import build_tiny_model, learning_spec
+    from trainer_client.tiny_models.build import build_tiny_model
+    from trainer_client.tiny_models.recipes import learning_spec
 
     target = os.environ.get("MATHDEBATE_TEST_TINY_LEARNING_MODEL") or tmp_path_factory.mktemp("tiny-learning")
     return str(build_tiny_model(target, learning_spec()))
@@ -64,10 +65,10 @@ def tiny_learning_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
-    """The offline tiny model: its committed build (``trainer_client/experiments/pinned/tiny``, the
+    """The offline tiny model: its committed build (``trainer_client/tiny_models/pinned/tiny``, the
     same weights on every machine and thread count), copied once per test session.
     ``MATHDEBATE_TEST_TINY_MODEL`` may name a directory to copy into and reuse."""
-    from trainer_client.experiments.tiny_model import build_tiny_model
+    from trainer_client.tiny_models.build import build_tiny_model
 
     target = os.environ.get("MATHDEBATE_TEST_TINY_MODEL") or tmp_path_factory.mktemp("tiny-model")
     return str(build_tiny_model(target))

@@ -215,3 +215,41 @@ def test_docs_architecture_names_every_package_and_module() -> None:
     assert not missing, f"docs/architecture.md does not describe {missing}"
     for word in ("Glossary", "role sample", "trace replay", "re-run", "recovery", "state(t)"):
         assert word in doc
+
+
+#: A repository path in prose or a script: ``trainer_client/…``, ``env_server/…`` or their tests'
+#: ``tests/…`` twins, up to the first character that cannot be in one (``::test`` selectors end it).
+_REPO_PATH = re.compile(r"(?<![\w/.-])((?:tests/)?(?:trainer_client|env_server)/[\w./*<>{}-]*)")
+
+
+def _named_repository_paths() -> dict[str, list[str]]:
+    """``{path: [where it is named]}`` for every ``trainer_client/…`` or ``env_server/…`` path that
+    the README, the docs (every page, the experiment records' pages and mkdocs.yml) and scripts/
+    name; paths with a placeholder (``<package>``, ``*``, ``{…}``) are patterns, not paths."""
+    texts = [ROOT / "README.md", ROOT / "mkdocs.yml", *sorted((ROOT / "docs").rglob("*.md")),
+             *sorted(p for p in (ROOT / "scripts").rglob("*") if p.is_file() and p.suffix in {".sh", ".py", ".md"})]
+    named: dict[str, list[str]] = {}
+    for path in texts:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for match in _REPO_PATH.finditer(line):
+                name = match.group(1).rstrip(".")
+                if not any(c in name for c in "*<>{}"):
+                    named.setdefault(name, []).append(f"{path.relative_to(ROOT)}:{n}")
+    return named
+
+
+def test_every_repository_path_named_in_the_docs_scripts_and_readme_exists() -> None:
+    named = _named_repository_paths()
+    # the walk finds the paths it is for (a renamed package would leave these behind)
+    assert {"trainer_client/tiny_models/pinned/", "trainer_client/training/checkpoints.py"} & set(named)
+    assert len(named) >= 20
+    missing = {name: where for name, where in named.items() if not (ROOT / name).exists()}
+    assert not missing, f"named but not in the repository: {missing}"
+
+
+def test_the_path_walk_reports_a_path_that_is_gone(tmp_path: Path) -> None:
+    """A line naming a moved module is caught (the regex ends the path at ``::`` and at a backtick)."""
+    line = "see `trainer_client/experiments/train.py` and tests/trainer_client/training/test_checkpoints.py::test_x"
+    found = [m.group(1) for m in _REPO_PATH.finditer(line)]
+    assert found == ["trainer_client/experiments/train.py", "tests/trainer_client/training/test_checkpoints.py"]
+    assert not (ROOT / found[0]).exists() and (ROOT / found[1]).exists()

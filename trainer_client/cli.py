@@ -93,7 +93,7 @@ def _train_config(args: argparse.Namespace):
     config_path = args.config
     resume = getattr(args, "resume", None)
     if isinstance(resume, str):  # a run folder, or a checkpoint inside one: continue that run
-        from trainer_client.experiments.checkpoints import STATE_FILE
+        from trainer_client.training.checkpoints import STATE_FILE
 
         run_dir = Path(resume).parent if (Path(resume) / STATE_FILE).is_file() else Path(resume)
         overrides.setdefault("output_dir", str(run_dir))
@@ -123,8 +123,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     a bad configuration, 3 when more than ``--max-failed-share`` of the model requests failed
     (after writing and printing the run's outputs)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from trainer_client.experiments.checkpoints import ResumeError
-    from trainer_client.experiments.train import run_training
+    from trainer_client.training.checkpoints import ResumeError
+    from trainer_client.training.train import run_training
 
     config = _train_config_or_exit(args)
     if not 0.0 <= args.max_failed_share <= 1.0:
@@ -148,7 +148,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_tiny_model(args: argparse.Namespace) -> int:
     """``mathdebate tiny-model DIR``."""
-    from trainer_client.experiments.tiny_model import tiny_model_main
+    from trainer_client.tiny_models.build import tiny_model_main
 
     return tiny_model_main(args.dir)
 
@@ -162,12 +162,12 @@ DEMO_SAMPLES = 8
 
 
 def demo_config(output_dir: str, env_url: str, max_steps: int):
-    """The CPU demo's training: the protocol's recipe (:func:`trainer_client.experiments.recipe.tiny_run_settings`
+    """The CPU demo's training: the protocol's recipe (:func:`trainer_client.tiny_models.run_recipe.tiny_run_settings`
     of ``tiny-sums``: its committed start, credit, learning rate and temperature; GRPO only, no
     teachers) on :data:`DEMO_TRAIN_PROBLEMS`, for ``max_steps`` steps (the protocol runs more:
     ``docs/learning.md``)."""
     from trainer_client.config import load_config
-    from trainer_client.experiments.recipe import recipe_shaping, tiny_run_settings
+    from trainer_client.tiny_models.run_recipe import recipe_shaping, tiny_run_settings
 
     return load_config(None, "baseline", {
         **tiny_run_settings(DEMO_MODEL),
@@ -202,7 +202,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"training {args.train_steps} steps on {_training_device()} ({DEMO_MODEL} model, GRPO with "
               f"{config.reward_shaping.strategy or 'identity'} credit, problems {DEMO_TRAIN_PROBLEMS}) into "
               f"{args.output_dir}", flush=True)
-        from trainer_client.experiments.train import run_training
+        from trainer_client.training.train import run_training
 
         output_dir = run_training(config)
     _print_training_summary(output_dir)
@@ -211,7 +211,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _training_device() -> str:
-    """Where :func:`trainer_client.experiments.train.run_training` trains: ``"CUDA (<GPU name>, bf16)"``
+    """Where :func:`trainer_client.training.train.run_training` trains: ``"CUDA (<GPU name>, bf16)"``
     where torch sees a GPU (it then sets ``bf16`` where the GPU supports it), else ``"CPU"``."""
     import torch
 
@@ -223,16 +223,16 @@ def _training_device() -> str:
 def _print_heldout(config, output_dir: Path, n: int) -> None:
     """First-answer accuracy of the starting and the trained policy on ``n`` held-out problems
     (seeds >= 10^9, unseen by content), greedy and sampled (avg@:data:`DEMO_SAMPLES` at the run's
-    temperature), through the one evaluation path (:mod:`trainer_client.experiments.heldout`)."""
+    temperature), through the one evaluation path (:mod:`trainer_client.evaluation.heldout`)."""
     if n <= 0:
         return
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from env_server.debate.problems import load_problem_source
     from trainer_client.config import TINY_MODELS
-    from trainer_client.experiments.heldout import evaluate_first_answers, heldout_seeds
-    from trainer_client.experiments.reporting import weight_bars_off
-    from trainer_client.experiments.tiny_model import tiny_model_path
+    from trainer_client.evaluation.heldout import evaluate_first_answers, heldout_seeds
+    from trainer_client.tiny_models.build import tiny_model_path
+    from trainer_client.training.reporting import weight_bars_off
 
     source, seeds = load_problem_source(config.problems), heldout_seeds(n)
     start = tiny_model_path(config.model, output_dir.parent) if config.model in TINY_MODELS else config.model
@@ -253,7 +253,7 @@ def _print_training_summary(output_dir: Path) -> None:
     from rich.table import Table
 
     from env_server.tables import print_whole
-    from trainer_client.experiments.reporting import read_metrics
+    from trainer_client.training.reporting import read_metrics
 
     lines = read_metrics(output_dir / "metrics.jsonl")
     columns = {"grpo": "loss/grpo", "sdpo": "loss/sdpo_jsd", "replay": "loss/trace_replay_dpo", "total": "loss/total",
@@ -302,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in SERVER_COMMANDS:
         return server_cli.main(args)
+    from trainer_client.ablation.ablate import add_ablate_command
     from trainer_client.evaluation.command import add_eval_command
-    from trainer_client.experiments.ablate import add_ablate_command
     from trainer_client.export.command import add_export_command
 
     try:

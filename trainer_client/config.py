@@ -63,7 +63,7 @@ def tiny_model_teachers(model: str) -> list[dict[str, Any]]:
 
 #: ``model`` names of the offline tiny models: ``tiny`` (format warm-up, random answers: the demo's)
 #: and ``tiny-learning`` (warm-up on the easy ``single_digit_sum`` family, partly right: the
-#: learning experiment's; ``trainer_client.experiments.tiny_model.learning_spec``).
+#: learning experiment's; ``trainer_client.tiny_models.build.learning_spec``).
 TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec", "tiny-sums": "sums_spec"}
 
 #: Config keys that were renamed, old -> new: a config or override with the old key fails with
@@ -195,7 +195,7 @@ class TrainConfig(_Strict):
         resume_from_checkpoint: continue a run from its last complete checkpoint (``true``: in
             ``output_dir``; a path: that checkpoint, or the last complete one in that run
             folder); ``mathdebate train --resume [DIR]`` sets it. See
-            :mod:`trainer_client.experiments.checkpoints` for what a checkpoint holds.
+            :mod:`trainer_client.training.checkpoints` for what a checkpoint holds.
         unfinished_debate_reward: episode reward of a rollout that left its debate unfinished
             (it stopped calling tools or ran out of completion length, so the adapter forfeited
             turns); ``null`` keeps the server's grade, which then rests on the solver's answer

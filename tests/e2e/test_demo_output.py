@@ -18,7 +18,7 @@ from pathlib import Path
 import env_server
 import trainer_client
 from trainer_client.cli import main
-from trainer_client.experiments.reporting import read_metrics
+from trainer_client.training.reporting import read_metrics
 
 OURS = (Path(env_server.__file__).resolve().parent, Path(trainer_client.__file__).resolve().parent)
 

@@ -13,9 +13,9 @@ from provenance_checks import check_provenance
 
 from env_server.debate.problems import load_problem_source
 from trainer_client.cli import main
+from trainer_client.evaluation.heldout import grade_answer_text
 from trainer_client.evaluation.openai_policy import accept_prob_from_logprobs
 from trainer_client.evaluation.selection import best_of_n_choice, self_consistency_choice, self_consistency_clusters
-from trainer_client.experiments.heldout import grade_answer_text
 
 LIMIT = 6
 
@@ -232,8 +232,8 @@ def test_hf_policy_plays_debates_as_the_heldout_evaluation_does(tmp_path, tiny_l
     ``episode_eval.evaluate_episodes`` (the learning experiment's evaluation) plays locally."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.episode_eval import evaluate_episodes
-    from trainer_client.experiments.heldout import HELDOUT_SEED_BASE, heldout_seeds
+    from trainer_client.evaluation.episode_eval import evaluate_episodes
+    from trainer_client.evaluation.heldout import HELDOUT_SEED_BASE, heldout_seeds
 
     n = 8
     out = tmp_path / "hf"

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainer_client.experiments.reporting import read_metrics
+from trainer_client.training.reporting import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 

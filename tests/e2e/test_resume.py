@@ -38,9 +38,9 @@ from safetensors.torch import load_file
 from env_server.cli import running_server
 from env_server.client import MuxClient, MuxError
 from env_server.debate.problems import load_problem_source
-from trainer_client.experiments.checkpoints import STATE_FILE, complete_checkpoints
-from trainer_client.experiments.reporting import metrics_events, read_metrics
 from trainer_client.rollout.sessions import SessionLedger
+from trainer_client.training.checkpoints import STATE_FILE, complete_checkpoints
+from trainer_client.training.reporting import metrics_events, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 #: one torch thread per training process: the runs compare bit for bit, and two processes on a

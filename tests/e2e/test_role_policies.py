@@ -22,17 +22,17 @@ from trl import GRPOConfig
 
 from env_server.debate.problems import load_problem_source
 from env_server.protocol.markers import Role
+from trainer_client.ablation.run_policies import load_run_policies
 from trainer_client.cli import main
 from trainer_client.config import load_config
-from trainer_client.experiments.episode_eval import evaluate_episodes
-from trainer_client.experiments.reporting import read_metrics
-from trainer_client.experiments.run_policies import load_run_policies
-from trainer_client.experiments.train import run_training
+from trainer_client.evaluation.episode_eval import evaluate_episodes
 from trainer_client.losses.base import LossChannel
 from trainer_client.policies.adapters import adapter_parameters, attach_adapters, use_route
 from trainer_client.rollout.environment import environment_factory
 from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
 from trainer_client.trainer import DebateGRPOTrainer
+from trainer_client.training.reporting import read_metrics
+from trainer_client.training.train import run_training
 from trainer_client.trl_compat import checkpointing_off
 
 REPO = Path(__file__).resolve().parents[2]

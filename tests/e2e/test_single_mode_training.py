@@ -18,8 +18,8 @@ from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, Turn
 from trainer_client.credit.pipeline import batch_advantages
 from trainer_client.credit.role_samples import build_role_samples, shape_samples, turn_values
 from trainer_client.credit.shaping import available_strategies, get_strategy
-from trainer_client.experiments.reporting import read_metrics
 from trainer_client.rollout.segments import Segment, SegmentOwner
+from trainer_client.training.reporting import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 

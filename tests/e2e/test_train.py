@@ -16,11 +16,11 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer_client.experiments.reporting import LOSS_KEYS, read_metrics
-from trainer_client.experiments.train import run_training
 from trainer_client.losses.pair_store import PairStore
 from trainer_client.rollout.environment import environment_factory
 from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
+from trainer_client.training.reporting import LOSS_KEYS, read_metrics
+from trainer_client.training.train import run_training
 from trainer_client.trl_compat import checkpointing_off
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_plain_grpo_trainer_trains_through_environment_factory(server_url, tiny_
     assert all(env.trace.record is not None for env in trainer.environments)  # every episode was graded
     # The warm-up and held-out prompts list the tools in the order TRL renders them (its private
     # _env_tools, trl 1.16): a model warmed up on another order meets an unseen prompt in training.
-    from trainer_client.experiments.tiny_model import tool_callables
+    from trainer_client.rollout.tool_calls import tool_callables
 
     (env_tools,) = trainer._env_tools.values()
     trl_order = [tool.__name__ for tool in env_tools]

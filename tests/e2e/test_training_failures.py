@@ -15,7 +15,7 @@ import pytest
 from failing_endpoint import CONTEXT_MESSAGE, serve_failing_endpoint
 
 from trainer_client.cli import main
-from trainer_client.experiments.reporting import read_metrics
+from trainer_client.training.reporting import read_metrics
 
 
 def test_failed_endpoint_requests_drop_rollouts_give_no_pairs_and_exit_3(server_url, tiny_model_dir, tmp_path,
@@ -62,7 +62,7 @@ def test_training_stops_after_the_step_where_the_share_is_passed(tmp_path) -> No
     from transformers import TrainerControl, TrainerState
 
     from env_server.client.failures import FailureTally, RequestFailure, TooManyFailuresError
-    from trainer_client.experiments.train import MIN_REQUESTS_BEFORE_STOP, _FailedRequests
+    from trainer_client.training.train import MIN_REQUESTS_BEFORE_STOP, _FailedRequests
 
     endpoint, teachers = FailureTally(), FailureTally()
     check = _FailedRequests([endpoint, teachers], max_share=0.05)

@@ -68,9 +68,9 @@ def test_colocate_training_generates_through_vllm_and_syncs_weights(server_url, 
 
     from trainer_client.cli import demo_config
     from trainer_client.credit.shaping import RewardShapingConfig
-    from trainer_client.experiments.reporting import read_metrics
-    from trainer_client.experiments.train import run_training
     from trainer_client.trainer import DebateGRPOTrainer
+    from trainer_client.training.reporting import read_metrics
+    from trainer_client.training.train import run_training
 
     trainers = []
     original_train = DebateGRPOTrainer.train

@@ -99,7 +99,7 @@ def test_peak_memory_follows_a_large_allocation() -> None:
 def test_training_plot_has_a_cost_panel_when_costs_are_logged(tmp_path) -> None:
     from matplotlib.image import imread
 
-    from trainer_client.experiments.reporting import plot_metrics
+    from trainer_client.training.reporting import plot_metrics
 
     base = [{"step": s, "debate/reward/solver": 0.5, "loss/grpo": 0.1, "loss/sdpo_jsd": 0.2} for s in range(1, 6)]
     plain, with_cost = tmp_path / "plain.jsonl", tmp_path / "cost.jsonl"

@@ -232,7 +232,7 @@ def tool_suffix(tokenizer, template, tool_message: dict) -> list[int]:
 def hand_built_rollout(tokenizer, template, problem: str, solver_answer: str) -> dict:
     """One debate laid out as TRL's tool loop lays it out: the prompt (with the tools), then the
     solver's call, its tool result, the verifier's call, its tool result."""
-    from trainer_client.experiments.tiny_model import tool_callables
+    from trainer_client.rollout.tool_calls import tool_callables
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
     from trainer_client.rollout.trace import TurnLog
 
@@ -279,9 +279,9 @@ def test_replay_pairs_are_built_on_the_rollouts_tokens_and_the_roles_tool_call(m
     segment's ids; chosen: the teacher's response as the role's tool call in the training template."""
     from trl.chat_template_utils import get_training_chat_template
 
-    from trainer_client.experiments.tiny_model import tool_callables
     from trainer_client.losses.trace_replay import replay_pair_logps
     from trainer_client.rollout.segments import completion_segments
+    from trainer_client.rollout.tool_calls import tool_callables
 
     model, tokenizer = model_and_tokenizer
     # what GRPOTrainer trains tool rollouts with (the tiny model's qwen3 template is not prefix-preserving)

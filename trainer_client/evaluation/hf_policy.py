@@ -2,9 +2,9 @@
 trained in.
 
 The model sees what TRL's tool loop shows it during training, built by the same functions the
-held-out evaluation uses (:mod:`trainer_client.experiments.heldout`), kept per episode by
+held-out evaluation uses (:mod:`trainer_client.evaluation.heldout`), kept per episode by
 :class:`TokenConversations`: a rollout starts with
-:func:`~trainer_client.experiments.heldout.observation_prompt_ids` (system prompt, the role's instructions,
+:func:`~trainer_client.evaluation.heldout.observation_prompt_ids` (system prompt, the role's instructions,
 the tools); the model answers with a tool call, read as the ``openai-tools:`` policy reads a
 served model's reply (:func:`~trainer_client.evaluation.openai_tools.read_tool_reply` of
 :func:`~trainer_client.evaluation.openai_tools.hermes_reply` of the turn's text), so that both play
@@ -12,7 +12,7 @@ the same debates: a valid call of the acting role's tool is the action; a call t
 does not take submits the text outside the call, or the forfeit placeholder
 (``invalid_tool_call``); a turn without a parsable call submits its text, or the placeholder when
 it is blank. After a turn with a call, the next turn continues the same conversation
-(:func:`~trainer_client.experiments.heldout.extend_context`: the model's tokens, then the tool
+(:func:`~trainer_client.evaluation.heldout.extend_context`: the model's tokens, then the tool
 result holding the next role's instructions); after a turn without one (in training, such a turn
 ends the rollout), or when another policy played the turn in between (per-role policies), the
 model's conversation restarts from the current observation: it sees the debate so far in the
@@ -55,7 +55,8 @@ def load_hf_model(path: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.tiny_model import is_tiny_model_name, tiny_model_path
+    from trainer_client.tiny_models.build import tiny_model_path
+    from trainer_client.tiny_models.recipes import is_tiny_model_name
 
     path, _, adapter = path.partition("#")
     where: str | Path = tiny_model_path(path, Path("outputs")) if is_tiny_model_name(path) else path
@@ -103,7 +104,7 @@ class TokenConversations:
     Args:
         tokenizer: the model's tokenizer (the training chat template's special tokens).
         tools: the environment's tools as TRL passes them (:func:`~trainer_client.rollout.tool_calls.tool_callables`).
-        template: the training chat template (:func:`~trainer_client.experiments.tiny_model.training_chat_template`;
+        template: the training chat template (:func:`~trainer_client.tiny_models.build.training_chat_template`;
             ``None``: the tokenizer's own).
     """
 
@@ -114,7 +115,7 @@ class TokenConversations:
 
     def context(self, request: TurnRequest) -> list[int]:
         """The token ids ``request``'s turn is generated from (1-D, ``int`` ids)."""
-        from trainer_client.experiments.heldout import observation_prompt_ids
+        from trainer_client.evaluation.heldout import observation_prompt_ids
 
         observation = request.observation
         if request.draw > 0 and (request.episode_key, observation.t) in self.turn_contexts:
@@ -125,7 +126,7 @@ class TokenConversations:
         return observation_prompt_ids(self.tokenizer, observation, self.tools)
 
     def _suffix(self, observation: Any, role: Role) -> list[int]:
-        from trainer_client.experiments.tiny_model import tool_result_suffix
+        from trainer_client.rollout.chat_template import tool_result_suffix
         from trainer_client.rollout.tools import TOOL_FOR_ROLE, render_instructions
 
         return tool_result_suffix(self.tokenizer, {"role": "tool", "name": TOOL_FOR_ROLE[role],
@@ -135,8 +136,8 @@ class TokenConversations:
         """Read the turn ``text`` generated from ``context`` (decoded with special tokens) and, for
         draw 0, move the episode's conversation past it: continued after a tool call with object
         arguments, ended otherwise."""
+        from trainer_client.evaluation.heldout import extend_context, own_text
         from trainer_client.evaluation.openai_tools import hermes_reply, read_tool_reply
-        from trainer_client.experiments.heldout import extend_context, own_text
 
         turn = own_text(text)
         reply = read_tool_reply(request.role, hermes_reply(turn))
@@ -174,7 +175,8 @@ class HFPolicy(Policy):
 
     def __init__(self, spec: str, path: str, options: PolicyOptions) -> None:
         super().__init__(spec)
-        from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
+        from trainer_client.rollout.chat_template import training_chat_template
+        from trainer_client.rollout.tool_calls import tool_callables
 
         self.options = options
         self.model, self.tokenizer = load_hf_model(path)
@@ -246,7 +248,7 @@ class HFPolicy(Policy):
     def _generate_batch(self, contexts: list[list[int]], temperature: float) -> list[str]:
         import torch
 
-        from trainer_client.experiments.heldout import generate_turns
+        from trainer_client.evaluation.heldout import generate_turns
 
         if temperature > 0:
             torch.manual_seed(self.options.seed * 1_000_003 + self.batches)

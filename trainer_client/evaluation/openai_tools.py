@@ -59,7 +59,7 @@ def training_chat_template_file(model_dir: str | Path, out: str | Path) -> Path:
     ``chat_template_kwargs[TOOLS_KWARG]`` when a request sends them (see the module docstring)."""
     from transformers import AutoTokenizer
 
-    from trainer_client.experiments.tiny_model import training_chat_template
+    from trainer_client.rollout.chat_template import training_chat_template
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     template = training_chat_template(tokenizer) or tokenizer.chat_template

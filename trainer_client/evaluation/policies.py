@@ -161,7 +161,7 @@ class ScriptedPolicy(Policy):
         return ScriptedDebaters(self.kind, self.p, self.options.source, random.Random(key))  # type: ignore[arg-type]  # kind is checked against the Literal's values in __init__
 
     async def act(self, request: TurnRequest) -> TurnReply:
-        from trainer_client.experiments.heldout import grade_answer_text
+        from trainer_client.evaluation.heldout import grade_answer_text
 
         self.counters["requests"] += 1
         observation = request.observation

@@ -378,7 +378,7 @@ class _Run:
                 await self.reward_scores(problem, episodes)
             result.chosen = best_of_n_choice([e.score for e in episodes])
         elif self.settings.strategy == "self_consistency":
-            from trainer_client.experiments.heldout import grade_answer_text
+            from trainer_client.evaluation.heldout import grade_answer_text
 
             answers = [final_answer_of(e.record) for e in episodes]
             result.chosen, result.votes = self_consistency_choice(answers, grade_answer_text)

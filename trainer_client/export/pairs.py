@@ -5,7 +5,7 @@ one ``assistant`` message.
 
 A training run keeps its pairs in ``replay.pairs_path`` of its ``config.yaml``, by default
 ``<output_dir>/replay_pairs.jsonl``; processes of a multi-process run each keep their own file,
-``replay_pairs.rank<k>.jsonl`` (``trainer_client.experiments.train.rank_path``). The pairs' token
+``replay_pairs.rank<k>.jsonl`` (``trainer_client.training.train.rank_path``). The pairs' token
 ids (the policy's own tokens) are tokenizer-specific and not exported.
 """
 

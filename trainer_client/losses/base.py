@@ -30,7 +30,7 @@ give each role's tokens to its own term). Register a new term with
 weight: ..., params: {...}}]``); ``tests/trainer_client/losses/test_base.py`` builds one with a
 hand-computed value. A term with state that a resumed run needs (a random stream, a store)
 saves it through :meth:`LossChannel.state_dict` and takes it back in
-:meth:`LossChannel.load_state_dict` (:mod:`trainer_client.experiments.checkpoints`).
+:meth:`LossChannel.load_state_dict` (:mod:`trainer_client.training.checkpoints`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a training run with a ``policies`` section needs before the trainer is built: the
 model with the roles' adapters, one optimiser parameter group per adapter (its learning rate),
-the endpoint player, and the trainer's keywords. Kept out of ``experiments.train`` so that the
+the endpoint player, and the trainer's keywords. Kept out of ``training.train`` so that the
 run's set-up reads as one call."""
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def _served_ids(tokenizer: Any, template: str, messages: list[dict[str, Any]]) -
 def test_hf_and_openai_tools_feed_the_same_tokens_and_submit_the_same_actions(tiny_model_dir, tmp_path) -> None:
     from transformers import AutoTokenizer
 
-    from trainer_client.experiments.tiny_model import training_chat_template
+    from trainer_client.rollout.chat_template import training_chat_template
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     template = training_chat_template_file(tiny_model_dir, tmp_path / "chat_template.jinja").read_text()

@@ -114,12 +114,7 @@ def test_tiny_models_default_teachers_are_never_oracles(model) -> None:
 
 
 def test_a_default_teacher_is_its_policys_recipe_with_another_seed_and_its_overrides() -> None:
-    from trainer_client.experiments.tiny_model import (
-        TEACHER_WARMUP_FACTOR,
-        learning_spec,
-        sums_spec,
-        teacher_spec,
-    )
+    from trainer_client.tiny_models.recipes import TEACHER_WARMUP_FACTOR, learning_spec, sums_spec, teacher_spec
 
     policy, teacher = sums_spec(), teacher_spec("tiny-sums", 2)
     # half as long again: the recipe stops mid-rise (tiny-sums@1 at the policy's length: 4% greedy)

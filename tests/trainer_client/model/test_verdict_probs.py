@@ -250,13 +250,15 @@ def _by_hand(model, tokenizer, prompt: list[int], completion: list[int], segment
 def test_tiny_model_matches_direct_computation(tiny_model_dir) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.tiny_model import _rollout_tokens, synthetic_debates, tool_callables
+    from trainer_client.rollout.tool_calls import tool_callables
+    from trainer_client.tiny_models.build import rollout_tokens
+    from trainer_client.tiny_models.warmup_debates import synthetic_debates
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tools = tool_callables()
     messages = synthetic_debates(1, seed=7)[0]  # system, user, solver/verifier/judge calls with tool results, "Done."
-    ids, mask = _rollout_tokens(tokenizer, messages, tools)  # laid out as TRL's tool loop lays it out
+    ids, mask = rollout_tokens(tokenizer, messages, tools)  # laid out as TRL's tool loop lays it out
     prompt = list(tokenizer.apply_chat_template(messages[:2], tools=tools, add_generation_prompt=True, tokenize=True,
                                                 return_dict=False))
     completion, model_tokens = ids[len(prompt):], mask[len(prompt):]

@@ -3,7 +3,7 @@ GRPO arguments from a validated :class:`~trainer_client.config.TrainConfig`, the
 teachers and pair store of trace replay, the user reward function, then TRL's loop and the
 run's outputs (``metrics.jsonl``, ``training.png``, ``config.yaml``, ``provenance.json``,
 checkpoints holding the whole run, ``final/``). With ``resume_from_checkpoint`` the run
-continues from its last complete checkpoint (:mod:`trainer_client.experiments.checkpoints`).
+continues from its last complete checkpoint (:mod:`trainer_client.training.checkpoints`).
 
 Failed requests (``docs/failures.md``): the model requests of a run are those of its endpoint
 roles and endpoint teachers. A rollout whose endpoint request failed is dropped from its group
@@ -31,7 +31,8 @@ from env_server import cli as server_cli
 from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FailureTally, TooManyFailuresError
 from env_server.client.replicas import parse_urls
 from env_server.provenance import provenance, write_provenance
-from trainer_client.experiments.tiny_model import is_tiny_model_name, tiny_model_path
+from trainer_client.tiny_models.build import tiny_model_path
+from trainer_client.tiny_models.recipes import is_tiny_model_name
 
 __all__ = ["MIN_REQUESTS_BEFORE_STOP", "load_model", "rank_path", "run_training"]
 
@@ -81,7 +82,7 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = (),
     run's own are closed at the end.
 
     transformers' own bars of each model load and save are off during the run
-    (:func:`~trainer_client.experiments.reporting.weight_bars_off`): the training bar is the one shown.
+    (:func:`~trainer_client.training.reporting.weight_bars_off`): the training bar is the one shown.
 
     ``max_failed_share``: the share of the run's model requests (endpoint roles and teachers)
     that may fail (``None``: :data:`~env_server.client.failures.DEFAULT_MAX_FAILED_SHARE`); above
@@ -89,13 +90,13 @@ def run_training(config, progress: bool = True, callbacks: Sequence[Any] = (),
 
     Raises:
         ConnectionError: the env server does not answer.
-        trainer_client.experiments.checkpoints.ResumeError: ``resume_from_checkpoint`` names no
+        trainer_client.training.checkpoints.ResumeError: ``resume_from_checkpoint`` names no
             complete checkpoint, or one this run cannot continue (other process count, other
             initial policy, other loss channels).
         env_server.client.failures.TooManyFailuresError: more than ``max_failed_share`` of the
             model requests failed (the message has the counts and the first failure).
     """
-    from trainer_client.experiments.reporting import weight_bars_off
+    from trainer_client.training.reporting import weight_bars_off
 
     with weight_bars_off():
         return _run_training(config, progress, callbacks,
@@ -110,13 +111,14 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
     from trl.trainer.grpo_config import GRPOConfig
 
     from trainer_client.credit.shaping import create_strategy_from_config
-    from trainer_client.experiments import checkpoints
-    from trainer_client.experiments.reporting import QuietProgressCallback, plot_metrics
     from trainer_client.losses.base import build_channel
+    from trainer_client.model.fingerprint import weights_fingerprint
     from trainer_client.rollout.environment import environment_factory, shared_client
     from trainer_client.rollout.sessions import SessionLedger
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
     from trainer_client.trainer import DebateGRPOTrainer
+    from trainer_client.training import checkpoints
+    from trainer_client.training.reporting import QuietProgressCallback, plot_metrics
     from trainer_client.trl_compat import checkpointing_off
 
     output_dir = Path(config.output_dir)
@@ -173,7 +175,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         # what it wrote (or, on another machine's disk, build their own) instead of writing the
         # same files at the same time
         model, tokenizer = load_model(config.model, output_dir)
-    initial_policy = checkpoints.weights_fingerprint(model)  # the reference policy's identity
+    initial_policy = weights_fingerprint(model)  # the reference policy's identity
     resume = (checkpoints.load_resume_state(resume_from, args.process_index, args.world_size, config_data,
                                             initial_policy) if resume_from is not None else None)
     # sessions an earlier process of this run left open (it was killed) end now, not with the
@@ -371,7 +373,7 @@ class _FailedRequests:
 def _metrics_callback(path: Path, record: dict[str, Any], resume: Any):
     """``metrics.jsonl``'s writer: a new file starting with the run's provenance, or, on a
     resume, the file cut back to the checkpoint with a line marking the resume."""
-    from trainer_client.experiments.reporting import MetricsFileCallback
+    from trainer_client.training.reporting import MetricsFileCallback
 
     if resume is None:
         return MetricsFileCallback(path, {"event": "start", "provenance": record})

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from records import make_record
 
+from trainer_client.ablation.ablate import Arm, ablation_model, ablation_modes, plan_arms
+from trainer_client.ablation.run_figures import static_controls
+from trainer_client.ablation.runs import RunResult
+from trainer_client.ablation.stats import mean_interval, paired_gain
 from trainer_client.credit.pipeline import score_unfinished_debates, shuffle_episode_rewards
-from trainer_client.experiments.ablate import Arm, RunResult, ablation_model, ablation_modes, plan_arms, static_controls
-from trainer_client.experiments.stats import mean_interval, paired_gain
 
 
 def test_plan_is_every_preset_shaping_mode_then_the_shuffled_control():
@@ -31,8 +33,8 @@ def test_a_single_arm_trains_in_single_mode(tmp_path):
     the config file and every ``-o``; ``-o mode=...`` itself is refused before anything runs."""
     import argparse
 
+    from trainer_client.ablation.ablate import add_ablate_command, run_ablation, run_overrides
     from trainer_client.config import load_config
-    from trainer_client.experiments.ablate import add_ablate_command, run_ablation, run_overrides
 
     parser = argparse.ArgumentParser()
     add_ablate_command(parser.add_subparsers())
@@ -83,9 +85,9 @@ def test_ablate_without_options_runs_tiny_sums_recipe(tmp_path):
     keep ``identity``."""
     import argparse
 
+    from trainer_client.ablation.ablate import ablation_model, add_ablate_command, run_overrides
     from trainer_client.config import load_config
-    from trainer_client.experiments.ablate import ablation_model, add_ablate_command, run_overrides
-    from trainer_client.experiments.recipe import recipe_shaping
+    from trainer_client.tiny_models.run_recipe import recipe_shaping
 
     parser = argparse.ArgumentParser()
     add_ablate_command(parser.add_subparsers())
@@ -117,8 +119,8 @@ def test_without_modes_an_ablation_keeps_the_configs_mode(tmp_path):
     ablated in single mode (the CLI's default used to override it with ``debate``)."""
     import argparse
 
+    from trainer_client.ablation.ablate import add_ablate_command
     from trainer_client.config import load_config
-    from trainer_client.experiments.ablate import add_ablate_command
 
     config = tmp_path / "single.yaml"
     config.write_text("mode: single\n")
@@ -192,8 +194,8 @@ def test_unfinished_debates_score_the_given_reward_and_nothing_else_moves():
 
 
 def test_report_files_and_summary_fields(tmp_path):
-    from trainer_client.experiments.ablation_report import write_ablation_report
-    from trainer_client.experiments.heldout import HeldoutReport
+    from trainer_client.ablation.report import write_ablation_report
+    from trainer_client.evaluation.heldout import HeldoutReport
 
     n = 20
     before_correct = [i < 4 for i in range(n)]
@@ -244,7 +246,7 @@ def test_sft_control_trains_on_gold_debates_for_its_time_budget(tiny_model_dir):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.sft import gold_debate_family, supervised_fine_tune
+    from trainer_client.ablation.sft import gold_debate_family, supervised_fine_tune
 
     assert gold_debate_family("gen:single_digit_sum") == "single_digit_sum"
     assert gold_debate_family(None) is None and gold_debate_family("gen:a,b") is None
@@ -322,7 +324,7 @@ def test_ablate_rejects_a_bad_plan_in_one_line():
 
 
 def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):
-    from trainer_client.experiments.reporting import plot_metrics, trailing_mean
+    from trainer_client.training.reporting import plot_metrics, trailing_mean
 
     assert trailing_mean([1.0, 0.0, 1.0, 0.0, 1.0], 2) == [1.0, 0.5, 0.5, 0.5, 0.5]
     assert trailing_mean([0.0, 0.0, 0.0, 1.0], 3) == pytest.approx([0.0, 0.0, 0.0, 1 / 3])
@@ -408,7 +410,7 @@ def test_channel_contrasts_are_paired_by_seed_and_problem():
     """Hand-computed: 2 seeds x 3 problems. full - baseline per seed: (2/3 - 1/3, 3/3 - 1/3) =
     (1/3, 2/3), mean 1/2; per problem (seeds averaged): (0.5, 0.5, 0.5). The interaction
     full - sdpo - replay + baseline is 0 where the channels add up exactly."""
-    from trainer_client.experiments.stats import CHANNEL_CONTRASTS, contrast
+    from trainer_client.ablation.stats import CHANNEL_CONTRASTS, contrast
 
     baseline = [[1, 0, 0], [0, 1, 0]]
     full = [[1, 1, 0], [1, 1, 1]]

@@ -10,7 +10,7 @@ import pytest
 from env_server.debate.problems import ProblemGenerator
 from env_server.debate.problems.splits import VALIDATION_SEED_BASE
 from env_server.protocol.markers import HINT_TEMPLATES
-from trainer_client.experiments.warmup_debates import HINT_MESSAGE, hint_for_turn, synthetic_debates
+from trainer_client.tiny_models.warmup_debates import HINT_MESSAGE, hint_for_turn, synthetic_debates
 
 
 def test_hint_following_examples_put_the_hint_before_a_corrected_turn() -> None:
@@ -95,13 +95,13 @@ def test_the_probe_compares_hinted_and_unhinted_turns_at_the_error_sites(tiny_le
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from env_server.protocol.markers import Role
-    from trainer_client.experiments.heldout import evaluate_first_answers, solver_prompt_ids
-    from trainer_client.experiments.hint_probe import probe_hints
-    from trainer_client.experiments.tiny_model import training_chat_template
+    from trainer_client.ablation.hint_probe import probe_hints
+    from trainer_client.evaluation.heldout import evaluate_first_answers, solver_prompt_ids
     from trainer_client.losses.functional import sequence_logps
     from trainer_client.losses.hint_distillation import hint_message_ids
     from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
     from trainer_client.model.forward import pack_responses, response_logits
+    from trainer_client.rollout.chat_template import training_chat_template
 
     model = AutoModelForCausalLM.from_pretrained(tiny_learning_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
@@ -151,8 +151,9 @@ def test_a_hint_following_warm_up_makes_the_hinted_policy_better_at_error_sites(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from env_server.debate.problems import load_problem_source
-    from trainer_client.experiments.hint_probe import probe_hints
-    from trainer_client.experiments.tiny_model import TinyModelSpec, build_tiny_model, sums_spec_v1
+    from trainer_client.ablation.hint_probe import probe_hints
+    from trainer_client.tiny_models.build import build_tiny_model
+    from trainer_client.tiny_models.recipes import TinyModelSpec, sums_spec_v1
 
     source = load_problem_source("gen:two_digit_sum")
     seeds = [VALIDATION_SEED_BASE + i for i in range(100)]

@@ -1,13 +1,13 @@
 """``mathdebate ablate``: loss-channel arms × seeds, held-out accuracy before and after, controls.
 
 For every arm (a preset ``baseline|sdpo|replay|full`` × a shaping strategy × a mode) and seed,
-train with :func:`trainer_client.experiments.train.run_training` against one env server (started here unless
+train with :func:`trainer_client.training.train.run_training` against one env server (started here unless
 ``--env-url`` is given), then evaluate the trained policy on held-out problems with the one
-evaluation path, :func:`trainer_client.experiments.heldout.evaluate_first_answers` (the tool-call format the
+evaluation path, :func:`trainer_client.evaluation.heldout.evaluate_first_answers` (the tool-call format the
 policy was trained in; greedy first answer, avg@k and pass@k at the runs' training temperature),
 plus greedy and sampled whole debates for the final accuracy
-(:func:`trainer_client.experiments.episode_eval.evaluate_episodes`), all through
-:func:`trainer_client.experiments.policy_eval.evaluate_policy`, in the arm's episode mode (the
+(:func:`trainer_client.evaluation.episode_eval.evaluate_episodes`), all through
+:func:`trainer_client.evaluation.policy_eval.evaluate_policy`, in the arm's episode mode (the
 solver's prompt differs by mode). The starting policy is evaluated on the same problems
 in every mode an arm uses, so every gain is paired with the start in the arm's own mode.
 
@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_client.experiments.ablate_runs import (
+from trainer_client.ablation.run_figures import replay_figures, run_means, static_controls
+from trainer_client.ablation.runs import (
     RunResult,
     clear_unfinished,
     load_run,
@@ -48,7 +49,7 @@ from trainer_client.experiments.ablate_runs import (
     run_protocol_hash,
     save_run,
 )
-from trainer_client.experiments.recipe import (
+from trainer_client.tiny_models.run_recipe import (
     DEFAULT_TINY_MODEL,
     TINY_ABLATION_SETTINGS,
     TINY_FAMILIES,
@@ -57,7 +58,6 @@ from trainer_client.experiments.recipe import (
     recipe_shaping,
     tiny_run_settings,
 )
-from trainer_client.experiments.run_figures import replay_figures, run_means, static_controls
 
 __all__ = [
     "Arm",
@@ -114,7 +114,7 @@ def plan_arms(presets: Sequence[str], shapings: Sequence[str] | None, modes: Seq
               shuffled_control: bool) -> list[Arm]:
     """Every preset × shaping × mode, then the shuffled-reward control (baseline, identity, first mode).
     ``shapings`` ``None``: ``identity`` (``run_ablation`` passes a tiny model's recipe credit,
-    :func:`~trainer_client.experiments.recipe.recipe_shaping`).
+    :func:`~trainer_client.tiny_models.run_recipe.recipe_shaping`).
 
     Raises:
         ValueError: an unknown preset or mode.
@@ -159,7 +159,7 @@ def _step_bar_callback(bar: Any) -> Any:
 def _load(path: str | Path) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.reporting import weight_bars_off
+    from trainer_client.training.reporting import weight_bars_off
 
     with weight_bars_off():  # under the runs and steps bars
         return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
@@ -189,15 +189,15 @@ def run_ablation(args: argparse.Namespace) -> Path:
     from env_server.debate.problems import load_problem_source
     from env_server.debate.problems.splits import HELDOUT_SEED_BASE, VALIDATION_SEED_BASE
     from env_server.provenance import provenance
+    from trainer_client.ablation.hint_probe import probe_hints
+    from trainer_client.ablation.report import write_ablation_report
+    from trainer_client.ablation.sft import gold_debate_family
     from trainer_client.config import PRESETS, TINY_MODELS, load_config, tiny_model_teachers
-    from trainer_client.experiments.ablation_report import write_ablation_report
-    from trainer_client.experiments.heldout import heldout_seeds
-    from trainer_client.experiments.hint_probe import probe_hints
-    from trainer_client.experiments.policy_eval import evaluate_policy
-    from trainer_client.experiments.sft import gold_debate_family
-    from trainer_client.experiments.tiny_model import tiny_model_path
-    from trainer_client.experiments.train import resolve_tiny_teachers, run_training
+    from trainer_client.evaluation.heldout import heldout_seeds
+    from trainer_client.evaluation.policy_eval import evaluate_policy
     from trainer_client.losses.teachers import TeacherConfig
+    from trainer_client.tiny_models.build import tiny_model_path
+    from trainer_client.training.train import resolve_tiny_teachers, run_training
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -370,9 +370,9 @@ CONTROLS = ("static", "shuffled", "sft")
 
 def _evaluate_run(arm: str, seed: int, run_dir: Path, rl_seconds: float, gold: bool, source: Any,
                   seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float]) -> RunResult:
-    from trainer_client.experiments.policy_eval import evaluate_policy
-    from trainer_client.experiments.reporting import read_metrics
-    from trainer_client.experiments.run_policies import load_run_policies
+    from trainer_client.ablation.run_policies import load_run_policies
+    from trainer_client.evaluation.policy_eval import evaluate_policy
+    from trainer_client.training.reporting import read_metrics
 
     model, tokenizer, play_as = load_run_policies(run_dir)  # per-role adapters: each role's own
     evaluation = evaluate_policy(model, tokenizer, source, seeds_heldout, **eval_kwargs, play_as=play_as)
@@ -391,8 +391,8 @@ def _sft_control(model_path: str | Path, problems: str | None, seed: int, second
                  seeds_heldout: list[int], eval_kwargs: dict[str, Any], eval_seconds: list[float],
                  dataset_size: int) -> RunResult:
     """Supervised fine-tuning on gold debates of the RL training problems for ``seconds``."""
-    from trainer_client.experiments.reporting import weight_bars_off
-    from trainer_client.experiments.sft import supervised_fine_tune
+    from trainer_client.ablation.sft import supervised_fine_tune
+    from trainer_client.training.reporting import weight_bars_off
 
     run_dir = out / "runs" / "sft" / f"seed{seed}"
     model, tokenizer = _load(model_path)

@@ -24,46 +24,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer_client.experiments.tiny_recipes import (
-    LEARNING_WARMUP_SEED_BASE,
-    TEACHER_OVERRIDES,
-    TEACHER_WARMUP_FACTOR,
+from trainer_client.rollout.chat_template import tool_result_suffix, training_chat_template
+from trainer_client.rollout.tool_calls import tool_callables
+from trainer_client.tiny_models.recipes import (
     TinyModelSpec,
     default_spec,
-    is_tiny_model_name,
-    learning_spec,
-    sums_spec,
-    sums_spec_v1,
-    teacher_spec,
     tiny_model_spec,
 )
-from trainer_client.experiments.warmup_debates import HINT_MESSAGE, synthetic_debates
-from trainer_client.rollout.tool_calls import tool_callables
+from trainer_client.tiny_models.warmup_debates import HINT_MESSAGE, synthetic_debates
 
-__all__ = [
-    "BUILD_FILES",
-    "LEARNING_WARMUP_SEED_BASE",
-    "PINNED_DIR",
-    "TEACHER_OVERRIDES",
-    "TEACHER_WARMUP_FACTOR",
-    "TinyModelSpec",
-    "build_tiny_model",
-    "default_spec",
-    "is_tiny_model_name",
-    "learning_spec",
-    "pinned_build",
-    "rollout_tokens",
-    "sums_spec",
-    "sums_spec_v1",
-    "supervised_steps",
-    "synthetic_debates",
-    "teacher_spec",
-    "tiny_model_main",
-    "tiny_model_spec",
-    "tool_callables",
-    "tool_result_suffix",
-    "training_chat_template",
-]
+__all__ = ["BUILD_FILES", "PINNED_DIR", "build_tiny_model", "pinned_build", "rollout_tokens", "supervised_steps",
+           "tiny_model_main", "tiny_model_path"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
 
@@ -92,7 +63,7 @@ def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phra
     return wrapped
 
 
-def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any]) -> tuple[list[int], list[int]]:
+def rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any]) -> tuple[list[int], list[int]]:
     """Token ids of a debate laid out as TRL's tool loop lays it out, and a 0/1 mask of the
     model's own tokens (its messages and their end-of-turn token).
 
@@ -133,38 +104,6 @@ def _rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any])
         else:
             i += 1
     return ids, mask
-
-
-def tool_result_suffix(tokenizer, tool_message: dict[str, Any], template: str | None = None) -> list[int]:
-    """What TRL appends after a tool call (trl 1.16 ``GRPOTrainer._get_tool_suffix_ids``): the
-    tool result block and the next generation prompt, rendered with ``template`` (``None``: the
-    tokenizer's own).
-
-    Raises:
-        ValueError: the template is not prefix-preserving (TRL raises the same).
-    """
-    dummy = [{"role": "user", "content": "dummy"},
-             {"role": "assistant", "content": "",
-              "tool_calls": [{"type": "function", "function": {"name": tool_message["name"], "arguments": {}}}]}]
-    prefix = list(tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False, chat_template=template))
-    full = list(tokenizer.apply_chat_template([*dummy, tool_message], add_generation_prompt=True, tokenize=True,
-                                              return_dict=False, chat_template=template))
-    eos_positions = [k for k, tok in enumerate(prefix) if tok == tokenizer.eos_token_id]
-    prefix = prefix[: eos_positions[-1] + 1]
-    if full[: len(prefix)] != prefix:
-        raise ValueError("the chat template is not prefix-preserving: render with training_chat_template(tokenizer)")
-    return full[len(prefix):]
-
-
-def training_chat_template(tokenizer) -> str | None:
-    """The chat template TRL renders prompts and tool results with during GRPO: trl 1.16
-    ``GRPOTrainer.__init__`` sets ``self.chat_template = get_training_chat_template(processing_class)``
-    (a prefix-preserving variant of a known template, ``None`` when the tokenizer's own already
-    is). Warm-up data, the SFT control and held-out prompts use it so that they are token for
-    token what the policy sees in training."""
-    from trl.chat_template_utils import get_training_chat_template
-
-    return get_training_chat_template(tokenizer)
 
 
 #: Spec fields added after a spec was published, with the value that means "as before": a spec
@@ -269,14 +208,14 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
         tie_word_embeddings=True,
     )
     model = LlamaForCausalLM(LlamaConfig(**sizes)) if phrase_tokens else Qwen2ForCausalLM(Qwen2Config(**sizes))
-    examples = [_rollout_tokens(tokenizer, c, tools) for c in conversations + singles]
+    examples = [rollout_tokens(tokenizer, c, tools) for c in conversations + singles]
     _warm_up(model, examples, tokenizer.pad_token_id, spec, progress,
              None if monitor is None else lambda step: monitor(step, model, tokenizer))
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    from trainer_client.experiments.checkpoints import weights_fingerprint
+    from trainer_client.model.fingerprint import weights_fingerprint
 
     marker.write_text(json.dumps({"hash": _spec_hash(spec), "spec": spec, "fingerprint": weights_fingerprint(model),
                                   "built_with": {"torch": torch.__version__, "threads": torch.get_num_threads()}},
@@ -379,8 +318,8 @@ def supervised_steps(model, examples: list[tuple[list[int], list[int]]], pad_id:
     return taken
 
 
-#: The rollout layout of TRL's tool loop, public for other supervised trainers (``trainer_client.experiments.sft``).
-rollout_tokens = _rollout_tokens
+#: The rollout layout of TRL's tool loop, public for other supervised trainers (``trainer_client.ablation.sft``).
+
 
 
 def tiny_model_main(out_dir: str) -> int:

@@ -14,17 +14,17 @@ from transformers import AutoModelForCausalLM
 
 from env_server.jsonio import write_json_atomic
 from env_server.protocol.markers import Role
-from trainer_client.experiments.checkpoints import (
+from trainer_client.losses.pair_store import DpoPair, PairStore
+from trainer_client.model.fingerprint import weights_fingerprint
+from trainer_client.training.checkpoints import (
     RANK_DIR,
     STATE_FILE,
     ResumeError,
     complete_checkpoints,
     load_resume_state,
     resume_checkpoint,
-    weights_fingerprint,
 )
-from trainer_client.experiments.reporting import MetricsFileCallback, metrics_events, read_metrics
-from trainer_client.losses.pair_store import DpoPair, PairStore
+from trainer_client.training.reporting import MetricsFileCallback, metrics_events, read_metrics
 
 
 def _pair(step: int) -> DpoPair:
@@ -133,7 +133,7 @@ def test_resume_without_a_complete_checkpoint_exits_2_in_one_line(tmp_path, caps
 def test_channels_sharing_a_name_keep_one_state_each() -> None:
     from types import SimpleNamespace
 
-    from trainer_client.experiments.checkpoints import channel_keys
+    from trainer_client.training.checkpoints import channel_keys
 
     channels = [SimpleNamespace(name="sdpo_jsd"), SimpleNamespace(name="trace_replay_dpo"), SimpleNamespace(name="sdpo_jsd")]
     assert channel_keys(channels) == ["sdpo_jsd", "trace_replay_dpo", "sdpo_jsd#2"]  # unique names stay as they were

@@ -2,8 +2,8 @@
 per-role adapters against one shared adapter, each a ``mathdebate ablate`` folder with its own
 ``-o`` settings), evaluated on the same held-out problems.
 
-It reads each finished run's ``result.json`` (:mod:`~trainer_client.experiments.ablate_runs`)
-and gives the paired contrast of :func:`~trainer_client.experiments.stats.contrast` over the
+It reads each finished run's ``result.json`` (:mod:`~trainer_client.ablation.runs`)
+and gives the paired contrast of :func:`~trainer_client.ablation.stats.contrast` over the
 seeds both folders finished, beside each side's accuracy, per-role rewards and time.
 """
 
@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trainer_client.experiments.ablate_runs import RESULT_FILE
-from trainer_client.experiments.stats import contrast
+from trainer_client.ablation.runs import RESULT_FILE
+from trainer_client.ablation.stats import contrast
 
 __all__ = ["compare_ablations"]
 
@@ -41,7 +41,7 @@ def compare_ablations(first: str | Path, second: str | Path, arm: str = "baselin
         ``{"arm", "seeds": [k...], "difference": {"by_seed": [mean, low, high], "by_problem":
         [...]}, "sides": {folder: {"accuracy_by_seed": [...], "rl_seconds": [...], "means": {...}}}}``;
         accuracies are fractions, the intervals two-sided 95% (Student t over the ``S`` per-seed
-        differences and over the ``N`` per-problem ones, as in :func:`~trainer_client.experiments.stats.contrast`).
+        differences and over the ``N`` per-problem ones, as in :func:`~trainer_client.ablation.stats.contrast`).
 
     Raises:
         ValueError: no seed finished in both folders, or their held-out problems differ in number.

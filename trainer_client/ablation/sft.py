@@ -4,12 +4,12 @@ The control answers "would plain supervised learning on the same problems, for t
 wall-clock, do as well as RL?". Its data are gold debates of the RL training problems (the
 solver's turn is the reference solution, worked steps included; the verifier and judge turns as
 in the warm-up), laid out token for token as TRL's tool loop lays out a rollout
-(:func:`trainer_client.experiments.tiny_model.rollout_tokens`), with the loss on the model's own tokens only.
+(:func:`trainer_client.tiny_models.build.rollout_tokens`), with the loss on the model's own tokens only.
 It is gold-supervised by construction.
 
 Written here rather than with TRL's ``SFTTrainer`` because the budget is wall-clock (stop when
 ``seconds`` have passed, to match an RL run) and the examples are already tokenised with their
-loss masks; the loop is the warm-up's (:func:`trainer_client.experiments.tiny_model.supervised_steps`).
+loss masks; the loop is the warm-up's (:func:`trainer_client.tiny_models.build.supervised_steps`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ def supervised_fine_tune(model: Any, tokenizer: Any, problems: str | None, first
     Raises:
         ValueError: ``problems`` is not a single-family ``gen:`` spec.
     """
-    from trainer_client.experiments.tiny_model import rollout_tokens, supervised_steps, synthetic_debates, tool_callables
+    from trainer_client.rollout.tool_calls import tool_callables
+    from trainer_client.tiny_models.build import rollout_tokens, supervised_steps
+    from trainer_client.tiny_models.warmup_debates import synthetic_debates
 
     family = gold_debate_family(problems)
     if family is None:

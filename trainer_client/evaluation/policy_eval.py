@@ -3,19 +3,19 @@ before and after training.
 
 On the same problems, in the episode mode the policy trains in:
 
-- ``accuracy``: greedy first-answer accuracy (:func:`~trainer_client.experiments.heldout.evaluate_first_answers`);
+- ``accuracy``: greedy first-answer accuracy (:func:`~trainer_client.evaluation.heldout.evaluate_first_answers`);
 - ``sampled_accuracy``: first-answer accuracy averaged over ``k`` samples per problem at the
   run's training temperature (avg@k, as Dr.MAS and AT-GRPO report it);
 - ``pass_at_k``: share of problems with a right answer among those ``k`` samples;
 - ``final_accuracy``: the debate's final answer (the episode reward ``G``), greedy whole debates
-  (:func:`~trainer_client.experiments.episode_eval.evaluate_episodes`); in ``single`` mode the first answer;
+  (:func:`~trainer_client.evaluation.episode_eval.evaluate_episodes`); in ``single`` mode the first answer;
 - ``sampled_final_accuracy``: the same over ``debate_k`` sampled debates per problem;
 - the debate's own figures (greedy and sampled): the verifier's balanced verdict accuracy, how
   often the judge copies the solver, and how often the debate turns a wrong first answer right
   or a right one wrong.
 
 Each accuracy also comes per problem (``(N,)`` floats, a mean over samples where sampled), so
-that gains are paired on problems and seeds (:mod:`trainer_client.experiments.stats`).
+that gains are paired on problems and seeds (:mod:`trainer_client.ablation.stats`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int
         debate_k: sampled debates per problem for ``sampled_final_accuracy`` (default ``k``; 0: none).
         max_rounds: the debates' rounds.
         mode: ``debate`` or ``single``.
-        play_as: per-role policies (:func:`~trainer_client.experiments.episode_eval.evaluate_episodes`);
+        play_as: per-role policies (:func:`~trainer_client.evaluation.episode_eval.evaluate_episodes`);
             the first answers are the solver's.
         sample_seed: torch seed of the samples.
 
@@ -81,8 +81,8 @@ def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int
         :class:`PolicyEvaluation`.
     """
     from env_server.protocol.markers import Role
-    from trainer_client.experiments.episode_eval import evaluate_episodes
-    from trainer_client.experiments.heldout import evaluate_first_answers
+    from trainer_client.evaluation.episode_eval import evaluate_episodes
+    from trainer_client.evaluation.heldout import evaluate_first_answers
 
     debate_k = k if debate_k is None else debate_k
     with nullcontext() if play_as is None else play_as(Role.SOLVER):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer_client.experiments.ablate_runs import RunResult
-from trainer_client.experiments.ablation_report import channel_effects
+from trainer_client.ablation.report import channel_effects
+from trainer_client.ablation.runs import RunResult
 
 
 def _run(arm: str, seed: int, correct: list[bool], sampled: list[float] | None = None) -> RunResult:

@@ -1,4 +1,4 @@
-"""The power calculation beside the ablation's statistics (``trainer_client.experiments.stats``),
+"""The power calculation beside the ablation's statistics (``trainer_client.ablation.stats``),
 checked against values computed by hand and against a simulation."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer_client.experiments.stats import paired_power, required_seeds, seed_variance
+from trainer_client.ablation.stats import paired_power, required_seeds, seed_variance
 
 
 def test_seed_variance_splits_the_across_seed_variance_by_hand() -> None:
@@ -34,7 +34,7 @@ def test_paired_power_is_the_noncentral_t_power_of_textbooks() -> None:
 
 
 def test_power_agrees_with_a_simulation_of_seed_level_intervals() -> None:
-    from trainer_client.experiments.stats import mean_interval
+    from trainer_client.ablation.stats import mean_interval
 
     rng = np.random.default_rng(0)
     sd, seeds, effect = 0.04, 6, 0.05
@@ -63,7 +63,7 @@ def test_the_power_script_reads_an_ablations_runs_and_sizes_the_next_experiment(
     import json
     from pathlib import Path
 
-    from trainer_client.experiments.ablate_runs import RunResult, save_run
+    from trainer_client.ablation.runs import RunResult, save_run
 
     rng = np.random.default_rng(1)
     for seed in range(3):

@@ -2,7 +2,7 @@
 accuracy, greedy or sampled, and the debate's own figures (the verifier's verdicts, the judge).
 
 The model plays every role, turn by turn, in the token layout of TRL's tool loop (the same layout
-:mod:`trainer_client.experiments.heldout` uses for the first answer), against
+:mod:`trainer_client.evaluation.heldout` uses for the first answer), against
 :class:`~env_server.debate.episode.DebateEpisode`; answers are graded with the server's grader and
 ``G`` computed by the server's rewards rule. Model output is never evaluated as code.
 """
@@ -17,14 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from env_server.debate.problems import ProblemSource
-from trainer_client.experiments.heldout import (
-    extend_context,
-    generate_turns,
-    grade_answer_text,
-    own_text,
-    role_tool_action,
-    solver_prompt_ids,
-)
+from trainer_client.evaluation.heldout import extend_context, generate_turns, grade_answer_text, own_text, solver_prompt_ids
+from trainer_client.rollout.tool_calls import role_tool_action
 
 __all__ = ["EpisodeReport", "evaluate_episodes"]
 
@@ -133,7 +127,8 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     from env_server.protocol.grades import Grade
     from env_server.protocol.markers import EpisodeMode, ErrorKind, Role
     from env_server.protocol.models import DebateAction, DebateObservation
-    from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
+    from trainer_client.rollout.chat_template import training_chat_template
+    from trainer_client.rollout.tool_calls import tool_callables
     from trainer_client.rollout.tools import FORFEIT_ACTION
 
     start = time.perf_counter()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer_client.experiments.ablate_runs import RunResult, save_run
-from trainer_client.experiments.compare_runs import compare_ablations
+from trainer_client.ablation.compare_runs import compare_ablations
+from trainer_client.ablation.runs import RunResult, save_run
 
 
 def _folder(root: Path, correct_by_seed: dict[int, list[bool]]) -> Path:

@@ -31,7 +31,7 @@ def static_controls(golds: Sequence[str], problems: Sequence[str]) -> dict[str, 
     """
     from collections import Counter
 
-    from trainer_client.experiments.heldout import grade_answer_text
+    from trainer_client.evaluation.heldout import grade_answer_text
 
     candidates = [a for a, _ in Counter(golds).most_common(5)]
     best = max(((sum(grade_answer_text(g, c) for g in golds) / len(golds), c) for c in candidates),

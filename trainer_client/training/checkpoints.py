@@ -45,7 +45,7 @@ from env_server.jsonio import write_json_atomic
 
 __all__ = ["RANK_DIR", "RESUME_FREE_KEYS", "STATE_FILE", "CheckpointStateCallback", "ResumeError", "ResumeState",
            "channel_keys", "complete_checkpoints", "final_model_from_checkpoint", "load_resume_state", "restore_trainer_state",
-           "resume_checkpoint", "training_config_hash", "weights_fingerprint"]
+           "resume_checkpoint", "training_config_hash"]
 
 log = logging.getLogger(__name__)
 
@@ -71,26 +71,6 @@ def training_config_hash(config: Mapping[str, Any]) -> str:
     from env_server.provenance import config_hash
 
     return config_hash({k: v for k, v in config.items() if k not in RESUME_FREE_KEYS})
-
-
-def weights_fingerprint(model: Any, sample: int = 4096) -> str:
-    """A fingerprint of a model's weights: SHA-256 over every tensor's name, shape, dtype and
-    up to ``sample`` evenly strided values (hashing every value of a 7B model would take
-    seconds at each start; a strided sample of each tensor tells two checkpoints, two
-    initialisations or two models apart)."""
-    import hashlib
-
-    import torch
-
-    digest = hashlib.sha256()
-    with torch.no_grad():
-        for name, tensor in sorted(model.state_dict().items()):
-            flat = tensor.detach().reshape(-1)
-            step = max(1, flat.numel() // sample)
-            values = flat[::step][:sample].to(device="cpu", dtype=torch.float64)
-            digest.update(f"{name}|{tuple(tensor.shape)}|{tensor.dtype}|".encode())
-            digest.update(values.numpy().tobytes())
-    return digest.hexdigest()
 
 
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -158,7 +138,7 @@ def load_resume_state(checkpoint: Path, process_index: int, world_size: int, con
         process_index, world_size: this process and the number of processes.
         config: the resumed run's config (plain JSON data); a training difference from the
             checkpoint's is logged (a warning naming the keys), not refused.
-        initial_fingerprint: :func:`weights_fingerprint` of the initial policy just loaded (the
+        initial_fingerprint: :func:`~trainer_client.model.fingerprint.weights_fingerprint` of the initial policy just loaded (the
             reference policy trace replay and the KL term compare against).
 
     Raises:

@@ -1,8 +1,8 @@
 """The recipes of the offline tiny models: what each one's warm-up puts in and when it stops.
 
 A recipe is a :class:`TinyModelSpec` (a plain dict, hashed into the build's marker);
-:func:`~trainer_client.experiments.tiny_model.build_tiny_model` turns it into weights, and a
-recipe with a committed build (``trainer_client/experiments/pinned/``) loads those instead.
+:func:`~trainer_client.tiny_models.build.build_tiny_model` turns it into weights, and a
+recipe with a committed build (``trainer_client/tiny_models/pinned/``) loads those instead.
 ``mathdebate``'s names (``tiny``, ``tiny-learning``, ``tiny-sums``, ``<name>@<seed>``) resolve
 here (:func:`tiny_model_spec`, ``trainer_client.config.TINY_MODELS``).
 """
@@ -45,7 +45,7 @@ def default_spec(seed: int = 0) -> TinyModelSpec:
 #: First problem seed of the learning warm-up (:func:`learning_spec`): warm-up problems use seeds
 #: ``LEARNING_WARMUP_SEED_BASE + spec_seed * 10**6 + i``, disjoint from RL training seeds (a
 #: training run uses ``config.seed + i`` for ``i < dataset_size``, far below 10**8) and from
-#: held-out seeds (``>= trainer_client.experiments.heldout.HELDOUT_SEED_BASE`` = 10**9).
+#: held-out seeds (``>= trainer_client.evaluation.heldout.HELDOUT_SEED_BASE`` = 10**9).
 LEARNING_WARMUP_SEED_BASE = 10**8  # = env_server.debate.problems.splits.WARMUP_SEED_BASE
 
 
@@ -77,7 +77,7 @@ def sums_spec(seed: int = 0) -> TinyModelSpec:
     warm-up split only. Its committed build is the protocol's starting policy
     (:data:`PINNED_DIR`).
 
-    What the warm-up puts in (:func:`~trainer_client.experiments.warmup_debates.synthetic_debates`):
+    What the warm-up puts in (:func:`~trainer_client.tiny_models.warmup_debates.synthetic_debates`):
 
     - the solver works every sum column by column and, on a problem whose ones column carries,
       keeps the carry with probability ``answer_accuracy`` (0.3): its greedy answer forgets the

@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer_client.experiments.tiny_model import (
-    PINNED_DIR,
-    build_tiny_model,
-    pinned_build,
-    tiny_model_path,
-    tiny_model_spec,
-)
+from trainer_client.tiny_models.build import PINNED_DIR, build_tiny_model, pinned_build, tiny_model_path
+from trainer_client.tiny_models.recipes import tiny_model_spec
 
 PINNED = sorted(p.name for p in PINNED_DIR.iterdir() if (p / "tiny_model.json").exists())
 
@@ -24,7 +19,7 @@ _FINGERPRINT = """
 import sys, torch
 torch.set_num_threads(int(sys.argv[1]))
 from transformers import AutoModelForCausalLM
-from trainer_client.experiments.checkpoints import weights_fingerprint
+from trainer_client.model.fingerprint import weights_fingerprint
 print(torch.get_num_threads(), *(weights_fingerprint(AutoModelForCausalLM.from_pretrained(p)) for p in sys.argv[2:]))
 """
 

@@ -1,7 +1,7 @@
 """The ablation's report: ``summary.json``, ``report.md`` and ``report.png`` of ``mathdebate ablate``.
 
 Per arm, every accuracy before and after training (means over seeds) with seed-level and
-problem-level paired intervals (:mod:`trainer_client.experiments.stats`), the debate's own
+problem-level paired intervals (:mod:`trainer_client.ablation.stats`), the debate's own
 figures, the loss channels' factorial contrasts, the answer-only controls and the hint probe.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer_client.experiments.reporting import SMOOTHING_STEPS, trailing_mean
+from trainer_client.training.reporting import SMOOTHING_STEPS, trailing_mean
 
 __all__ = ["channel_effects", "write_ablation_report"]
 
@@ -28,22 +28,22 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
         protocol: the fixed settings (model, problems, held-out size, seeds, steps, ...).
         befores: per episode mode (``debate`` first), the starting policy's held-out figures
             in that mode (:meth:`HeldoutReport.summary
-            <trainer_client.experiments.heldout.HeldoutReport.summary>`, plus ``episode_reward`` and
-            ``finished_rate`` of :func:`~trainer_client.experiments.episode_eval.evaluate_episodes` when
+            <trainer_client.evaluation.heldout.HeldoutReport.summary>`, plus ``episode_reward`` and
+            ``finished_rate`` of :func:`~trainer_client.evaluation.episode_eval.evaluate_episodes` when
             measured) and its per-problem vectors (``{metric: (N,) floats}``,
-            :attr:`~trainer_client.experiments.policy_eval.PolicyEvaluation.per_problem`; a bare
+            :attr:`~trainer_client.evaluation.policy_eval.PolicyEvaluation.per_problem`; a bare
             ``(N,)`` bool list is the greedy accuracy's). Each arm is compared with the
             starting policy in its own mode (a run's ``mode``).
-        results: :class:`~trainer_client.experiments.ablate.RunResult` per (arm, seed), controls included.
-        controls: the answer-only controls (:func:`~trainer_client.experiments.ablate.static_controls`).
+        results: :class:`~trainer_client.ablation.ablate.RunResult` per (arm, seed), controls included.
+        controls: the answer-only controls (:func:`~trainer_client.ablation.ablate.static_controls`).
         provenance: the ablation's provenance (:func:`env_server.provenance.provenance`), kept
             as ``summary.json``'s ``provenance`` (each run's own is in its ``provenance.json``).
 
     Raises:
         KeyError: a run's mode has no starting-policy figures in ``befores``.
     """
-    from trainer_client.experiments.policy_eval import ACCURACY_METRICS
-    from trainer_client.experiments.stats import mean_interval, paired_gain
+    from trainer_client.ablation.stats import mean_interval, paired_gain
+    from trainer_client.evaluation.policy_eval import ACCURACY_METRICS
 
     arms: dict[str, list[Any]] = {}
     for result in results:
@@ -89,7 +89,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
     (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
 
 
-#: The debate's own figures, greedy and sampled (:func:`~trainer_client.experiments.policy_eval.evaluate_policy`).
+#: The debate's own figures, greedy and sampled (:func:`~trainer_client.evaluation.policy_eval.evaluate_policy`).
 _DEBATE_FIGURES = tuple(f"{prefix}{key}" for prefix in ("", "sampled_") for key in (
     "balanced_verdict_accuracy", "verdict_accuracy_right", "verdict_accuracy_wrong", "judge_copies_solver",
     "wrong_to_right", "right_to_wrong"))
@@ -104,9 +104,9 @@ def _metric_entry(metric: str, before: dict[str, Any], before_vectors: Mapping[s
                   runs: list[Any]) -> dict[str, Any]:
     """``<metric>_before``, ``<metric>_after`` (mean over seeds), ``<metric>_after_by_seed`` and, where
     every run has the per-problem vector, ``<metric>_gain_by_seed_ci95`` and
-    ``<metric>_gain_by_problem_ci95`` (:func:`~trainer_client.experiments.stats.paired_gain`); ``None``
+    ``<metric>_gain_by_problem_ci95`` (:func:`~trainer_client.ablation.stats.paired_gain`); ``None``
     where the metric was not measured."""
-    from trainer_client.experiments.stats import paired_gain
+    from trainer_client.ablation.stats import paired_gain
 
     by_seed = [r.heldout.get(metric) for r in runs]
     measured = all(x is not None for x in by_seed)
@@ -122,8 +122,8 @@ def _metric_entry(metric: str, before: dict[str, Any], before_vectors: Mapping[s
 
 
 def channel_effects(arms: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
-    """The loss channels' paired effects on held-out accuracy (:data:`~trainer_client.experiments.stats.CHANNEL_CONTRASTS`,
-    :func:`~trainer_client.experiments.stats.contrast`) over the seeds every arm of a contrast
+    """The loss channels' paired effects on held-out accuracy (:data:`~trainer_client.ablation.stats.CHANNEL_CONTRASTS`,
+    :func:`~trainer_client.ablation.stats.contrast`) over the seeds every arm of a contrast
     has, greedy first answer and, where the runs measured it, sampled (avg@k).
 
     Arms are matched by their preset within each shared suffix of their names (the credit and the
@@ -135,7 +135,7 @@ def channel_effects(arms: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
         ``sampled`` the same figures for sampled accuracy, or ``None``); contrasts whose arms did
         not all run are left out.
     """
-    from trainer_client.experiments.stats import CHANNEL_CONTRASTS, contrast
+    from trainer_client.ablation.stats import CHANNEL_CONTRASTS, contrast
 
     groups: dict[str, dict[str, list[Any]]] = {}
     for name, runs in arms.items():
@@ -176,7 +176,7 @@ def _pct(fraction: float | None) -> str:
 
 def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
                        befores: Mapping[str, tuple[dict[str, Any], Mapping[str, list[float]] | list[bool]]]) -> str:
-    from trainer_client.experiments.stats import paired_gain
+    from trainer_client.ablation.stats import paired_gain
 
     p = summary["protocol"]
     lines = [
@@ -307,7 +307,7 @@ def _ablation_plot(path: Path, arms: dict[str, list[Any]], before: dict[str, Any
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from trainer_client.experiments.stats import mean_interval
+    from trainer_client.ablation.stats import mean_interval
 
     fig, (curve_ax, acc_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, runs in arms.items():

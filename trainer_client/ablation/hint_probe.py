@@ -92,18 +92,19 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
 
     from env_server.debate.error_sites import localised_hint
     from env_server.protocol.markers import HINT_TEMPLATES, ErrorKind, Role
-    from trainer_client.experiments.heldout import (
+    from trainer_client.evaluation.heldout import (
         generate_turns,
         grade_answer_text,
         read_solver_turn,
         solver_instructions,
         solver_prompt_ids,
     )
-    from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
     from trainer_client.losses.functional import sequence_logps
     from trainer_client.losses.hint_distillation import hint_message_ids, reference_hint
     from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
     from trainer_client.model.forward import pack_responses, response_logits
+    from trainer_client.rollout.chat_template import training_chat_template
+    from trainer_client.rollout.tool_calls import tool_callables
 
     if not seeds:
         raise ValueError("probe_hints needs at least one problem seed")

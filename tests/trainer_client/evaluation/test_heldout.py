@@ -9,14 +9,15 @@ import pytest
 
 from env_server.debate.problems import ProblemGenerator, load_problem_source
 from env_server.debate.problems.generator import EXTRA_FAMILIES, FAMILIES
-from trainer_client.experiments.heldout import (
+from trainer_client.evaluation.heldout import (
     HELDOUT_SEED_BASE,
     grade_answer_text,
     heldout_seeds,
     read_solver_turn,
     solver_prompt_ids,
 )
-from trainer_client.experiments.tiny_model import LEARNING_WARMUP_SEED_BASE, learning_spec, synthetic_debates
+from trainer_client.tiny_models.recipes import LEARNING_WARMUP_SEED_BASE, learning_spec
+from trainer_client.tiny_models.warmup_debates import synthetic_debates
 
 
 def _call(name: str, arguments: dict[str, str]) -> str:
@@ -93,11 +94,12 @@ def test_malformed_turns_are_format_invalid(text: str) -> None:
 
 
 def test_the_prompt_is_the_tool_loops_prompt() -> None:
-    """The evaluator's prompt equals the prompt of a warm-up rollout (``_rollout_tokens``'s
+    """The evaluator's prompt equals the prompt of a warm-up rollout (``rollout_tokens``'s
     layout of TRL's tool loop) for the same problem."""
     from transformers import PreTrainedTokenizerFast
 
-    from trainer_client.experiments.tiny_model import SPECIAL_TOKENS, _rollout_tokens, _train_tokenizer, tool_callables
+    from trainer_client.rollout.tool_calls import tool_callables
+    from trainer_client.tiny_models.build import SPECIAL_TOKENS, _train_tokenizer, rollout_tokens
 
     trl = pytest.importorskip("trl")
     from pathlib import Path
@@ -110,7 +112,7 @@ def test_the_prompt_is_the_tool_loops_prompt() -> None:
     debate = synthetic_debates(1, spec["seed"], family=spec["family"], wrong_answers=spec["wrong_answers"],
                                seed_base=first)[0]
     tools = tool_callables()
-    ids, mask = _rollout_tokens(tokenizer, debate, tools)
+    ids, mask = rollout_tokens(tokenizer, debate, tools)
     prompt = solver_prompt_ids(tokenizer, load_problem_source("gen:single_digit_sum").by_seed(first), tools)
     assert ids[:len(prompt)] == prompt and mask[len(prompt) - 1] == 0 and mask[len(prompt)] == 1
 
@@ -121,8 +123,8 @@ def test_whole_debates_agree_with_the_first_answer_path_and_the_servers_rule(tin
     warm-up taught it) ``G`` follows the first answer on most problems."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.episode_eval import evaluate_episodes
-    from trainer_client.experiments.heldout import evaluate_first_answers
+    from trainer_client.evaluation.episode_eval import evaluate_episodes
+    from trainer_client.evaluation.heldout import evaluate_first_answers
 
     model = AutoModelForCausalLM.from_pretrained(tiny_learning_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
@@ -156,8 +158,9 @@ def test_single_mode_evaluation_prompts_with_the_single_mode_instructions() -> N
     from env_server.debate.prompts import SINGLE_SOLVER_PROMPT
     from env_server.protocol.markers import EpisodeMode
     from env_server.protocol.models import DebateObservation
-    from trainer_client.experiments.heldout import observation_prompt_ids
-    from trainer_client.experiments.tiny_model import SPECIAL_TOKENS, _train_tokenizer, tool_callables
+    from trainer_client.evaluation.heldout import observation_prompt_ids
+    from trainer_client.rollout.tool_calls import tool_callables
+    from trainer_client.tiny_models.build import SPECIAL_TOKENS, _train_tokenizer
 
     trl = pytest.importorskip("trl")
     from pathlib import Path
@@ -179,9 +182,9 @@ def test_sampled_debates_and_the_debates_own_figures(tmp_path) -> None:
     its seed, and the debate's own figures consistent with the per-debate outcomes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.episode_eval import evaluate_episodes
-    from trainer_client.experiments.policy_eval import evaluate_policy
-    from trainer_client.experiments.tiny_model import tiny_model_path
+    from trainer_client.evaluation.episode_eval import evaluate_episodes
+    from trainer_client.evaluation.policy_eval import evaluate_policy
+    from trainer_client.tiny_models.build import tiny_model_path
 
     path = tiny_model_path("tiny-sums", tmp_path)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

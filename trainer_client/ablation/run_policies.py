@@ -31,8 +31,8 @@ def load_run_policies(run_dir: str | Path) -> tuple[Any, Any, Callable[[Role], A
     from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer_client.experiments.reporting import weight_bars_off
     from trainer_client.policies.adapters import use_route
+    from trainer_client.training.reporting import weight_bars_off
 
     run_dir = Path(run_dir)
     final = run_dir / "final"

@@ -45,10 +45,10 @@ class RunResult:
     #: the episode mode it trained and was evaluated in (its gain is against the starting
     #: policy evaluated in the same mode)
     mode: str = "debate"
-    #: trace replay's teachers and pairs (:func:`~trainer_client.experiments.run_figures.replay_figures`;
+    #: trace replay's teachers and pairs (:func:`~trainer_client.ablation.run_figures.replay_figures`;
     #: empty without replay)
     replay: dict[str, Any] = field(default_factory=dict)
-    #: ``{metric: (N,) floats}`` per problem (:data:`~trainer_client.experiments.policy_eval.ACCURACY_METRICS`;
+    #: ``{metric: (N,) floats}`` per problem (:data:`~trainer_client.evaluation.policy_eval.ACCURACY_METRICS`;
     #: empty in results saved before these were measured)
     per_problem: dict[str, list[float]] = field(default_factory=dict)
     #: taken from an earlier sitting's ``result.json`` instead of trained now

@@ -11,13 +11,10 @@ import trl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.chat_template_utils import add_response_schema, parse_response
 
-from trainer_client.experiments.tiny_model import (
-    _rollout_tokens,
-    build_tiny_model,
-    default_spec,
-    synthetic_debates,
-    tool_callables,
-)
+from trainer_client.rollout.tool_calls import tool_callables
+from trainer_client.tiny_models.build import build_tiny_model, rollout_tokens
+from trainer_client.tiny_models.recipes import default_spec
+from trainer_client.tiny_models.warmup_debates import synthetic_debates
 
 
 def test_loads_offline_with_trls_template(tiny_model_dir, monkeypatch) -> None:
@@ -52,7 +49,7 @@ def test_it_calls_the_right_tool_most_of_the_time(tiny_model_dir) -> None:
     for debate in debates:
         prompt = list(tokenizer.apply_chat_template(debate[:2], tools=tools, add_generation_prompt=True, tokenize=True,
                                                     return_dict=False))
-        verifier_context, _ = _rollout_tokens(tokenizer, debate[:4], tools)
+        verifier_context, _ = rollout_tokens(tokenizer, debate[:4], tools)
         for expected, context in (("submit_solution", prompt), ("submit_verdict", verifier_context)):
             out = model.generate(torch.tensor([context]), do_sample=True, temperature=1.0, max_new_tokens=60,
                                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
@@ -73,7 +70,7 @@ def test_warm_up_layout_is_trls_rollout_layout() -> None:
 
     from trl.chat_template_utils import get_training_chat_template
 
-    from trainer_client.experiments.tiny_model import SPECIAL_TOKENS, _train_tokenizer
+    from trainer_client.tiny_models.build import SPECIAL_TOKENS, _train_tokenizer
 
     template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tokenizer = _train_tokenizer(SPECIAL_TOKENS, 300, template)
@@ -90,7 +87,7 @@ def test_warm_up_layout_is_trls_rollout_layout() -> None:
             tool_results += 1
         else:
             expected += _own_tokens(tokenizer, message)
-    ids, mask = _rollout_tokens(tokenizer, debate, tools)
+    ids, mask = rollout_tokens(tokenizer, debate, tools)
     assert ids == expected
     assert tokenizer.decode(ids).count("<|im_start|>user\n<tool_response>") == tool_results >= 3
     assert len(mask) == len(ids)
@@ -115,8 +112,9 @@ def test_default_warm_up_has_single_mode_episodes_and_the_learning_one_is_unchan
     """The default model also sees single-mode rollouts (RFC 0006: one submit_solution call on
     the single-mode solver prompt, then the tool's "debate is over"); the learning experiment's
     warm-up is the protocol run's, spec hash included."""
-    from trainer_client.experiments.tiny_model import TinyModelSpec, _spec_hash, _warm_up_conversations, learning_spec
     from trainer_client.rollout.tools import DEBATE_OVER
+    from trainer_client.tiny_models.build import _spec_hash, _warm_up_conversations
+    from trainer_client.tiny_models.recipes import TinyModelSpec, learning_spec
 
     spec = default_spec()
     assert spec["version"] == 8 and spec["single_episodes"] == 40

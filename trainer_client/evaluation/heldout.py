@@ -119,7 +119,8 @@ def observation_prompt_ids(tokenizer: Any, observation: Any, tools: Sequence[Any
     message :data:`~trainer_client.rollout.environment.DEBATE_SYSTEM_PROMPT`, a user message holding
     :func:`~trainer_client.rollout.environment.render_instructions` of the observation, the environment's tools,
     the generation prompt, with the training chat template."""
-    from trainer_client.experiments.tiny_model import tool_callables, training_chat_template
+    from trainer_client.rollout.chat_template import training_chat_template
+    from trainer_client.rollout.tool_calls import tool_callables
     from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT, render_instructions
 
     messages = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
@@ -166,7 +167,7 @@ def extend_context(tokenizer: Any, context: list[int], text: str, next_observati
     the episode goes on, ``next_observation`` not ``None``) the tool-result suffix holding
     :func:`~trainer_client.rollout.environment.render_instructions` of the next observation under the name of
     ``role``'s tool."""
-    from trainer_client.experiments.tiny_model import tool_result_suffix
+    from trainer_client.rollout.chat_template import tool_result_suffix
     from trainer_client.rollout.tools import TOOL_FOR_ROLE, render_instructions
 
     ids = [*context, *tokenizer(own_text(text), add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
@@ -271,7 +272,7 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
     """
     import torch
 
-    from trainer_client.experiments.tiny_model import tool_callables
+    from trainer_client.rollout.tool_calls import tool_callables
 
     start = time.perf_counter()
     was_training = model.training
