@@ -4,6 +4,12 @@
 - ``mathdebate play``: drive scripted debates against a server and print a report.
 - ``mathdebate view``: the debate viewer on a trajectory file (``env_server.viewer.command``).
 - ``mathdebate train``, ``mathdebate tiny-model``, ``mathdebate demo``: see ``trainer_client.cli``.
+
+Every subcommand, the trainer's included, runs through :func:`main`: a user's mistake
+(:class:`~env_server.usage.UsageError`, argparse's own errors among them) is one line on stderr
+and exit 2; a run past its allowed share of failed requests exit 3; anything else is a bug, its
+traceback and where to report it, exit 1 (``env_server.usage``). ``--debug`` or
+``MATHDEBATE_DEBUG=1`` shows the traceback of every error.
 """
 
 from __future__ import annotations
@@ -20,19 +26,47 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE
+from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE, TooManyFailuresError
 from env_server.grading.pool import GradingConfig
 from env_server.protocol.markers import EpisodeMode
 from env_server.service.config import AUTH_TOKEN_ENV, ServerConfig
+from env_server.usage import (
+    DEBUG_ENV,
+    EXIT_INTERNAL,
+    EXIT_USAGE,
+    REPORT_LINE,
+    UsageError,
+    debug_wanted,
+    reading,
+    require_free_port,
+    require_server,
+)
 from env_server.viewer.command import add_view_command
 
 if TYPE_CHECKING:
     from env_server.client.play import PlayReport
 
-__all__ = ["build_parser", "main"]
+__all__ = ["PROBLEMS_HINT", "build_parser", "load_problems", "main", "require_play_servers"]
+
+#: What to do about a ``--problems`` that cannot be read.
+PROBLEMS_HINT = "pass a JSONL file in MATH-500 or GSM8K format, hf:<dataset>[:<split>] or gen:<family>"
+
+
+def load_problems(spec: str | None, flag: str = "--problems") -> Any:
+    """The problem source of a command's ``--problems`` (``None``: the built-in generator).
+
+    Raises:
+        UsageError: a file that is not there or not problems, or an unknown source.
+    """
+    from env_server.debate.problems import load_problem_source
+
+    with reading(flag, PROBLEMS_HINT):
+        return load_problem_source(spec)
 
 
 def _add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -131,10 +165,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from env_server.app import create_app
+    from env_server.service.facade import DebateService
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = _serve_config(args)
-    app = create_app(config)
+    problems = load_problems(config.problems)
+    require_free_port(args.host, args.port)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config, DebateService(config, problems=problems))
     tune_gc()
     uvicorn.run(
         app,
@@ -217,9 +254,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     scored: when any failed, the first line says how many and why; exit 3 when more than
     ``--max-failed-share`` of the episodes failed (``docs/failures.md``), else 0."""
     from env_server.client.play import play
-    from env_server.debate.problems import load_problem_source
 
-    problems = load_problem_source(args.problems)
+    problems = load_problems(args.problems)
+    require_play_servers(args.url, "--url")
     report = asyncio.run(play(
         args.url, problems, args.episodes, args.concurrency, args.policy, args.p, args.seed, args.connections,
         token=os.environ.get(AUTH_TOKEN_ENV) or None, max_rounds=args.max_rounds, progress=not args.no_progress,
@@ -237,6 +274,20 @@ def cmd_play(args: argparse.Namespace) -> int:
         print(f"mathdebate play: {tally.limit_message('episodes', max_share, '--max-failed-share')}", file=sys.stderr)
         return FAILED_RUN_EXIT_CODE
     return 0
+
+
+def require_play_servers(urls: str, flag: str) -> None:
+    """Every comma-separated URL of ``urls`` is an env server that answers (the token of
+    ``MATHDEBATE_AUTH_TOKEN`` sent where set).
+
+    Raises:
+        UsageError: a malformed URL, a server that cannot be reached or that refuses.
+    """
+    from env_server.client.replicas import parse_urls
+
+    with reading(flag, "e.g. http://127.0.0.1:8000 or several replicas comma-separated"):
+        parsed = parse_urls(urls)
+    require_server(parsed, flag, token=os.environ.get(AUTH_TOKEN_ENV) or None)
 
 
 def free_port() -> int:
@@ -296,10 +347,21 @@ def running_server(extra_args: Sequence[str] = (), port: int | None = None,
             process.kill()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors are a :class:`UsageError` (one line, exit 2 through
+    :func:`main`) rather than its usage block and ``sys.exit(2)``; subcommands' parsers are of
+    this class too (argparse makes them of the parent's class)."""
+
+    def error(self, message: str) -> typing.NoReturn:  # argparse's hook for every parse error
+        raise UsageError(f"{message} (see {self.prog} --help)", command=self.prog)
+
+
 def build_parser(extra_commands: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
     """The ``mathdebate`` parser. ``extra_commands`` add subcommands (the trainer adds
     ``train`` and ``tiny-model``; the server side never imports the trainer)."""
-    parser = argparse.ArgumentParser(prog="mathdebate", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="mathdebate", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the traceback of any error, a usage error too (or set {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the environment server")
     _add_serve_args(serve)
@@ -320,9 +382,39 @@ def build_parser(extra_commands: Sequence[Callable[[Any], None]] = ()) -> argpar
 
 
 def main(argv: Sequence[str] | None = None, extra_commands: Sequence[Callable[[Any], None]] = ()) -> int:
-    args = build_parser(extra_commands).parse_args(argv)
-    code: int = args.func(args)
-    return code
+    """Parse ``argv`` (default ``sys.argv[1:]``) and run its command; the one place a command's
+    errors become exit statuses (``env_server.usage``).
+
+    Returns:
+        The command's own status (0, or 3 for a run past its failed share), 2 for a
+        :class:`UsageError`, 3 for :class:`TooManyFailuresError`, 1 for any other exception
+        (printed with its traceback and :data:`REPORT_LINE`), 130 on Ctrl-C.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_wanted(argv)
+    argv = [a for a in argv if a != "--debug"]  # anywhere, not only before the command
+    command = "mathdebate" + (f" {argv[0]}" if argv and not argv[0].startswith("-") else "")
+    try:
+        args = build_parser(extra_commands).parse_args(argv)
+        code: int = args.func(args)
+        return code
+    except UsageError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"{exc.command or command}: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except TooManyFailuresError as exc:  # what is written was written; the status says it failed
+        if debug:
+            traceback.print_exc()
+        print(f"{command}: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        return FAILED_RUN_EXIT_CODE
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print(REPORT_LINE, file=sys.stderr, flush=True)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

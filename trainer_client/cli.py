@@ -26,8 +26,9 @@ import yaml
 
 from env_server import cli as server_cli
 from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FAILED_RUN_EXIT_CODE, TooManyFailuresError
+from env_server.usage import UsageError
 
-__all__ = ["SERVER_COMMANDS", "TRAIN_FLAGS", "add_failure_options", "demo_config", "main"]
+__all__ = ["SERVER_COMMANDS", "TRAIN_FLAGS", "add_failure_options", "demo_config", "main", "train_config_checked"]
 
 #: Commands that ``env_server.cli`` serves alone: they start without loading the trainer.
 SERVER_COMMANDS = frozenset({"serve", "play", "view"})
@@ -105,8 +106,12 @@ def _train_config(args: argparse.Namespace):
     return load_config(config_path, args.preset, overrides)
 
 
-def _train_config_or_exit(args: argparse.Namespace):
-    """The validated config, or exit 2 with the error on one line (never a traceback)."""
+def train_config_checked(args: argparse.Namespace):
+    """The validated config of ``train``'s flags.
+
+    Raises:
+        UsageError: a config file that is not there or not YAML, an unknown key, preset or value.
+    """
     from pydantic import ValidationError
 
     from trainer_client.config import config_error_line
@@ -114,28 +119,33 @@ def _train_config_or_exit(args: argparse.Namespace):
     try:
         return _train_config(args)
     except (ValidationError, ValueError, KeyError, FileNotFoundError, yaml.YAMLError) as exc:
-        print(f"mathdebate train: invalid configuration: {config_error_line(exc)}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise UsageError(f"invalid configuration: {config_error_line(exc)}") from exc
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """``mathdebate train``: validate the config (before anything starts), then train. Exits 2 on
-    a bad configuration, 3 when more than ``--max-failed-share`` of the model requests failed
-    (after writing and printing the run's outputs)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from trainer_client.training.checkpoints import ResumeError
-    from trainer_client.training.train import run_training
+    """``mathdebate train``: check the config, the env server and the model (before anything
+    starts), then train. A mistake there is a ``UsageError`` (exit 2); 3 when more than
+    ``--max-failed-share`` of the model requests failed (after writing and printing the run's
+    outputs)."""
+    from trainer_client.training.checkpoints import ResumeError, resume_checkpoint
+    from trainer_client.training.train import require_model, run_training
 
-    config = _train_config_or_exit(args)
+    config = train_config_checked(args)
     if not 0.0 <= args.max_failed_share <= 1.0:
-        print("mathdebate train: --max-failed-share is a share in [0, 1]", file=sys.stderr)
-        return 2
+        raise UsageError("--max-failed-share is a share in [0, 1]")
+    if config.resume_from_checkpoint:
+        try:  # a run with nothing to resume from is a mistake, whatever the server
+            resume_checkpoint(config.resume_from_checkpoint, config.output_dir)
+        except ResumeError as exc:
+            raise UsageError(f"cannot resume: {exc}") from exc
+    server_cli.require_play_servers(config.env_url, "--env-url")
+    require_model(config.model)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     failed: TooManyFailuresError | None = None
     try:
         output_dir = run_training(config, max_failed_share=args.max_failed_share)
     except ResumeError as exc:
-        print(f"mathdebate train: cannot resume: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot resume: {exc}") from exc
     except TooManyFailuresError as exc:
         failed, output_dir = exc, Path(exc.output_dir or config.output_dir)
     if int(os.environ.get("RANK", "0")) == 0:  # set by torchrun / accelerate launch
@@ -187,6 +197,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     train the tiny model (on CUDA where there is one, else CPU: :func:`run_training`'s choice)
     against a second server on its own family, print held-out accuracy before and after; stop
     the servers."""
+    server_cli.load_problems(args.problems)  # a bad --problems is one line, before any server starts
     serve_args = ["--grading-workers", "1"]
     if args.problems:
         serve_args += ["--problems", args.problems]
@@ -306,12 +317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainer_client.evaluation.command import add_eval_command
     from trainer_client.export.command import add_export_command
 
-    try:
-        return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command,
-                                                     add_export_command, add_failure_options])
-    except TooManyFailuresError as exc:  # a training run of `ablate` (`train` prints its outputs first)
-        print(f"mathdebate {args[0]}: {exc}", file=sys.stderr)
-        return FAILED_RUN_EXIT_CODE
+    # env_server.cli.main is where every command's errors become exit statuses (env_server.usage):
+    # a UsageError 2, a run past its failed share 3 (`ablate`'s; `train` prints its outputs first), a bug 1
+    return server_cli.main(args, extra_commands=[add_commands, add_ablate_command, add_eval_command,
+                                                 add_export_command, add_failure_options])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from env_server.jsonio import read_jsonl
 from env_server.protocol.errors import UnknownEpisodeError
 from env_server.protocol.markers import Role
 from env_server.protocol.models import EpisodeRewards
+from env_server.usage import UsageError, reading, require_free_port
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -167,12 +168,16 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     from env_server.debate.problems import load_problem_source
 
-    try:
+    require_free_port(args.host, args.port)
+    with reading("--problems", "pass the problems file the trajectories were played on"):
         problems = load_problem_source(args.problems) if args.problems else None
+    with reading("trajectories", "pass a trajectories JSONL written by `mathdebate serve --trajectory-log` or "
+                 "`mathdebate eval`"):
         trajectories = TrajectoryFile(args.trajectories, problems)
-    except (OSError, ValueError) as exc:
-        print(f"mathdebate view: {exc}", file=sys.stderr)
-        return 2
+    if not len(trajectories) and trajectories.skipped:
+        raise UsageError(f"no episode in {trajectories.path}: all {len(trajectories.skipped)} lines are malformed (line "
+                         f"{trajectories.skipped[0]} the first); pass a trajectories JSONL written by `mathdebate serve "
+                         "--trajectory-log` or `mathdebate eval`")
     skipped = f", {len(trajectories.skipped)} lines skipped" if trajectories.skipped else ""
     print(f"mathdebate view: {len(trajectories)} episodes from {trajectories.path}{skipped}; "
           f"open http://{args.host}:{args.port}/ui", file=sys.stderr)

@@ -413,24 +413,31 @@ def _sft_control(model_path: str | Path, problems: str | None, seed: int, second
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     """``mathdebate ablate``: validate the plan, run it, print where the report is."""
+    import yaml
     from pydantic import ValidationError
 
-    from trainer_client.config import config_error_line, parse_overrides
+    from env_server import cli as server_cli
+    from env_server.usage import UsageError
+    from trainer_client.config import config_error_line, load_config, parse_overrides
+    from trainer_client.training.train import require_model
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args.overrides = parse_overrides(args.override)
     if args.no_controls:
         args.controls = []
-    try:
+    try:  # the plan, the config file and every -o, checked before anything starts
+        args.overrides = parse_overrides(args.override)
         plan_arms(args.arms, args.shaping, args.modes or ["debate"], shuffled_control="shuffled" in args.controls)
-    except ValueError as exc:
-        print(f"mathdebate ablate: {exc}", file=sys.stderr)
-        return 2
+        load_config(args.config, None, args.overrides)
+    except (ValidationError, ValueError, KeyError, FileNotFoundError, yaml.YAMLError) as exc:
+        raise UsageError(f"invalid configuration: {config_error_line(exc)}") from exc
+    if args.env_url:
+        server_cli.require_play_servers(args.env_url, "--env-url")
+    if (model := ablation_model(args.model, args.config)) is not None:
+        require_model(model)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         out = run_ablation(args)
     except (ValidationError, ValueError, FileNotFoundError) as exc:
-        print(f"mathdebate ablate: invalid configuration: {config_error_line(exc)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"invalid configuration: {config_error_line(exc)}") from exc
     summary = json.loads((out / "summary.json").read_text())
     for name, arm in summary["arms"].items():
         print(f"{name:>24}: held-out accuracy {arm['accuracy_before']:.3f} -> {arm['accuracy_after']:.3f} "

@@ -80,14 +80,14 @@ def add_eval_command(sub: Any) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Run ``mathdebate eval``; exit 2 on a bad policy or option (one line on stderr), 3 when
+    """Run ``mathdebate eval``; a bad policy, option, problems file or server is a ``UsageError`` (exit 2), 3 when
     more than ``--max-failed-share`` of the requests failed (after the results are written)."""
     import sys
 
     from env_server import cli as server_cli
-    from env_server.debate.problems import load_problem_source
     from env_server.protocol.models import AUTH_TOKEN_ENV
     from env_server.provenance import provenance, server_info
+    from env_server.usage import UsageError, first_line
     from trainer_client.evaluation.policies import PolicyOptions
     from trainer_client.evaluation.results import failure_headline, print_table, summarise, write_outputs
     from trainer_client.evaluation.runner import EvalSettings, evaluate_problems
@@ -97,15 +97,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     strategy = args.strategy
     temperature = args.temperature if args.temperature is not None else (0.0 if strategy == "greedy" else 1.0)
     if args.select != "verifier" and not args.select.startswith("reward:"):
-        print("mathdebate eval: --select is verifier or reward:MODULE:FUNCTION", file=sys.stderr)
-        return 2
+        raise UsageError("--select is verifier or reward:MODULE:FUNCTION")
     if args.limit < 1 or args.n < 1:
-        print("mathdebate eval: --limit and --n must be at least 1", file=sys.stderr)
-        return 2
+        raise UsageError("--limit and --n must be at least 1")
     if not 0.0 <= args.max_failed_share <= 1.0:
-        print("mathdebate eval: --max-failed-share is a share in [0, 1]", file=sys.stderr)
-        return 2
-    source = load_problem_source(problems_spec)
+        raise UsageError("--max-failed-share is a share in [0, 1]")
+    source = server_cli.load_problems(problems_spec)
+    if args.env_url:
+        server_cli.require_play_servers(args.env_url, "--env-url")
     problems = [source.by_seed(args.seed + i) for i in range(args.limit)]
     roles = [Role.SOLVER] if args.mode == "single" else list(Role)
     if args.mode == "single" and strategy == "best_of_n" and args.select == "verifier":
@@ -116,9 +115,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             cost_per_million=tuple(args.cost_per_million), batch_size=args.batch_size)
     try:
         policies = build_policies(args.policy, {r: getattr(args, f"policy_{r.value}") for r in Role}, options, roles)
-    except (ValueError, FileNotFoundError) as exc:  # a bad spec, or hf:DIR#ADAPTER without that adapter
-        print(f"mathdebate eval: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, OSError) as exc:  # a bad spec, a model that is not there, hf:DIR#ADAPTER without that adapter
+        raise UsageError(f"--policy: {first_line(exc)}") from exc
     settings = EvalSettings(mode=args.mode, strategy=strategy, n=args.n, temperature=temperature, select=args.select,
                             verifier_samples=args.verifier_samples, max_rounds=args.max_rounds,
                             concurrency=args.concurrency)

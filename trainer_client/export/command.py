@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -154,14 +153,12 @@ def export_datasets(sources: Sequence[str | Path], output_dir: str | Path, fmt: 
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``mathdebate export``: 0 on success; 2 with the reason on one line for bad input."""
-    from trainer_client.export.errors import ExportError
+    """``mathdebate export``: 0 on success; bad input (``ExportError``, a file that cannot be read) is a
+    ``UsageError``: the reason on one line, exit 2."""
+    from env_server.usage import reading
 
-    try:
+    with reading("cannot export", "pass trajectory files, eval outputs, training runs, ablations or pair stores"):
         report = export_datasets(args.sources, args.output_dir, args.format, args.problems)
-    except (ExportError, OSError) as exc:
-        print(f"mathdebate export: {exc}", file=sys.stderr)
-        return 2
     counts = ", ".join(f"{name} {n} rows" for name, n in report.rows.items())
     print(f"mathdebate export: {counts} in {report.seconds:.1f} s -> {report.output_dir} (card: README.md)")
     return 0

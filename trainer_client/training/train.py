@@ -31,10 +31,11 @@ from env_server import cli as server_cli
 from env_server.client.failures import DEFAULT_MAX_FAILED_SHARE, FailureTally, TooManyFailuresError
 from env_server.client.replicas import parse_urls
 from env_server.provenance import provenance, write_provenance
+from env_server.usage import reading
 from trainer_client.tiny_models.build import tiny_model_path
 from trainer_client.tiny_models.recipes import is_tiny_model_name
 
-__all__ = ["MIN_REQUESTS_BEFORE_STOP", "load_model", "rank_path", "run_training"]
+__all__ = ["MIN_REQUESTS_BEFORE_STOP", "MODEL_HINT", "load_model", "rank_path", "require_model", "run_training"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,26 @@ def _fetch_json(url: str, token: str | None) -> Any:
 
     response = httpx.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=30)
     return response.raise_for_status().json()
+
+
+#: What to do about a ``--model`` that does not load.
+MODEL_HINT = ("pass a local model folder, a tiny model (tiny, tiny-learning, tiny-sums, <name>@<seed>) or a Hugging "
+              "Face model id this machine can download")
+
+
+def require_model(name: str, flag: str = "--model") -> None:
+    """``name`` is a tiny model's name, or its configuration loads (a local folder, or a hub id
+    reachable from here): checked before a run starts anything.
+
+    Raises:
+        UsageError: neither (no such folder, no ``config.json`` in it, an unknown or unreachable id).
+    """
+    if is_tiny_model_name(name):
+        return
+    from transformers import AutoConfig
+
+    with reading(f"{flag} {name}", MODEL_HINT):
+        AutoConfig.from_pretrained(name)
 
 
 def load_model(name: str, output_dir: Path):

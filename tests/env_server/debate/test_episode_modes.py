@@ -24,6 +24,7 @@ from env_server.protocol.errors import EpisodeDoneError, InvalidActionError, Out
 from env_server.protocol.grades import Grade
 from env_server.protocol.markers import HINT_TEMPLATES, EpisodeMode, ErrorKind, Role
 from env_server.protocol.models import EpisodeRewards, ResetRequest
+from env_server.usage import UsageError
 
 PROBLEM = Problem("p/1", "What is $6 \\times 7$?", "42", "6 times 7 is $\\boxed{42}$.")
 GENERATOR = ProblemGenerator()
@@ -201,7 +202,7 @@ def test_serve_and_play_options() -> None:
     assert config.mode is EpisodeMode.SINGLE and config.circular_critique_stop is False
     assert parser.parse_args(["play", "--mode", "single"]).mode == "single"
     assert parser.parse_args(["play"]).mode is None
-    with pytest.raises(SystemExit):
+    with pytest.raises(UsageError, match="invalid choice: 'tournament'"):  # one line, exit 2, through main
         parser.parse_args(["serve", "--mode", "tournament"])
 
 
