@@ -248,11 +248,14 @@ def _print_heldout(config, output_dir: Path, n: int) -> None:
     source, seeds = load_problem_source(config.problems), heldout_seeds(n)
     start = tiny_model_path(config.model, output_dir.parent) if config.model in TINY_MODELS else config.model
     reports = {}
+    print(f"evaluating the starting and the trained model on {n} held-out problems (greedy, and {DEMO_SAMPLES} "
+          f"samples each at temperature {config.temperature})", flush=True)
     for name, path in (("before", start), ("after", output_dir / "final")):
         with weight_bars_off():
             model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
         reports[name] = evaluate_first_answers(model, tokenizer, source, seeds, k=DEMO_SAMPLES,
-                                               temperature=config.temperature, max_rounds=config.max_rounds or 1)
+                                               temperature=config.temperature, max_rounds=config.max_rounds or 1,
+                                               label=f"held-out, {name} training")
     b, a = reports["before"], reports["after"]
     print(f"held-out first-answer accuracy on {n} problems unseen in training: greedy {100 * b.accuracy:.1f}% -> "
           f"{100 * a.accuracy:.1f}%; sampled (avg@{DEMO_SAMPLES}, temperature {config.temperature}) "

@@ -253,7 +253,8 @@ def generate_turns(model: Any, tokenizer: Any, prompts: list[list[int]], *, samp
 
 def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *, k: int = 0,
                            temperature: float = 1.0, batch_size: int = 64, max_new_tokens: int = 96,
-                           sample_seed: int = 0, max_rounds: int = 1, mode: str = "debate") -> HeldoutReport:
+                           sample_seed: int = 0, max_rounds: int = 1, mode: str = "debate",
+                           progress: bool | None = None, label: str = "held-out first answers") -> HeldoutReport:
     """Greedy first-answer accuracy (and pass@k at ``temperature`` with ``k`` samples) on
     ``source.by_seed(s)`` for ``s`` in ``seeds``.
 
@@ -269,8 +270,12 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
         max_rounds: the episode's rounds (the solver's first instructions do not depend on it).
         mode: the episode mode the policy was trained in (``debate`` or ``single``): the
             solver's first prompt is that mode's, as in training.
+        progress: a progress bar over the problems (tqdm, on stderr): ``None`` on a terminal
+            only, ``True`` always, ``False`` never.
+        label: the bar's description.
     """
     import torch
+    from tqdm.auto import tqdm
 
     from trainer_client.rollout.tool_calls import tool_callables
 
@@ -284,6 +289,7 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
     samples: list[list[str]] = []
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(sample_seed)
+    bar = tqdm(total=len(prompts), desc=label, unit="problem", disable=None if progress is None else not progress)
     try:
         for i in range(0, len(prompts), batch_size):
             batch = prompts[i:i + batch_size]
@@ -292,7 +298,9 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
             if k:
                 samples += generate_turns(model, tokenizer, batch, sample=True, num=k, temperature=temperature,
                                      max_new_tokens=max_new_tokens)
+            bar.update(len(batch))
     finally:
+        bar.close()
         torch.random.set_rng_state(generator_state)
         model.train(was_training)
     records = []

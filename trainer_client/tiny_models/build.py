@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ from trainer_client.tiny_models.recipes import (
 from trainer_client.tiny_models.warmup_debates import HINT_MESSAGE, synthetic_debates
 
 __all__ = ["BUILD_FILES", "PINNED_DIR", "build_tiny_model", "pinned_build", "rollout_tokens", "supervised_steps",
-           "tiny_model_main", "tiny_model_path"]
+           "tiny_model_main", "tiny_model_path", "tiny_models_cache"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
 
@@ -144,18 +146,25 @@ def pinned_build(spec: TinyModelSpec) -> Path | None:
 
 
 def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, progress: bool = False,
-                     monitor: Callable[[int, Any, Any], None] | None = None, pinned: bool = True) -> Path:
+                     monitor: Callable[[int, Any, Any], None] | None = None, pinned: bool = True,
+                     why: str = "no committed build of its recipe", kept_in: Path | None = None) -> Path:
     """Build (or reuse) the tiny model and tokenizer in ``out_dir``.
+
+    A build that trains says so first, in one line on stderr (what it builds, why, how many
+    warm-up steps, where it is kept for the next run), then shows a progress bar over the warm-up
+    steps (tqdm; on a terminal, or always with ``progress``).
 
     Args:
         out_dir: destination; a build with the same spec found there is reused as is.
         spec: build parameters (default :func:`default_spec`).
-        progress: print the warm-up loss now and then.
+        progress: show the warm-up's progress bar (with its loss) even when stderr is not a terminal.
         monitor: called as ``monitor(step, model, tokenizer)`` after every warm-up step (for
             learning curves; it must leave the model in training mode). A monitored build
             always trains.
         pinned: copy the spec's committed build (:func:`pinned_build`) when there is one,
             instead of training (``False``: train from the recipe, as the rebuild script does).
+        why: why this model is built rather than loaded, for the announcing line.
+        kept_in: where the build will be kept, for that line (default ``out_dir``).
 
     Returns:
         ``out_dir`` (loadable with ``AutoModelForCausalLM``/``AutoTokenizer.from_pretrained``).
@@ -178,13 +187,20 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
             return out_dir
     if committed is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name in BUILD_FILES:
+        # each file whole or not at all (copied beside it, then renamed), the marker last: processes
+        # copying into one folder at once (test workers) never read half a file or an early marker
+        for name in sorted(BUILD_FILES, key=lambda n: n == "tiny_model.json"):
             if (committed / name).exists():
-                shutil.copyfile(committed / name, out_dir / name)
+                partial = out_dir / f".{name}.{os.getpid()}"
+                shutil.copyfile(committed / name, partial)
+                os.replace(partial, out_dir / name)
         return out_dir
 
     torch.manual_seed(spec["seed"])
     conversations, singles = _warm_up_conversations(spec)
+    print(f"mathdebate: building a tiny model ({why}): {spec['sft_steps']} warm-up steps on "
+          f"{len(conversations) + len(singles)} scripted episodes, kept in {kept_in or out_dir} for later runs",
+          file=sys.stderr, flush=True)
     chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tools = tool_callables()
     # Train the tokenizer on the text the model will see: prompts with tool schemas and turns.
@@ -259,14 +275,21 @@ def _warm_up(model, examples: list[tuple[list[int], list[int]]], pad_id: int, sp
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["learning_rate"], weight_decay=0.0)
     horizon = spec.get("sft_schedule_steps", spec["sft_steps"])  # the linear decay's length (>= sft_steps)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / horizon)
+    from tqdm.auto import tqdm
+
     model.train()
-    for step in range(spec["sft_steps"]):
-        loss = _supervised_step(model, optimizer, rng.sample(examples, spec["batch_size"]), pad_id)
-        schedule.step()
-        if progress and step % 50 == 0:
-            print(f"tiny-model warm-up step {step}: loss {loss.item():.3f}", flush=True)
-        if on_step is not None:
-            on_step(step + 1)
+    # on a terminal (disable=None hides it in a log file), or always when asked for
+    bar = tqdm(total=spec["sft_steps"], desc="tiny-model warm-up", unit="step", disable=False if progress else None,
+               mininterval=1.0)
+    with bar:
+        for step in range(spec["sft_steps"]):
+            loss = _supervised_step(model, optimizer, rng.sample(examples, spec["batch_size"]), pad_id)
+            schedule.step()
+            bar.update(1)
+            if step % 25 == 0:
+                bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            if on_step is not None:
+                on_step(step + 1)
     model.train(False)  # inference mode (torch's eval mode)
 
 
@@ -329,17 +352,47 @@ def tiny_model_main(out_dir: str) -> int:
     return 0
 
 
-def tiny_model_path(name: str, parent: Path) -> Path:
+def tiny_models_cache() -> Path:
+    """Where built tiny models are kept for later runs: ``$MATHDEBATE_CACHE_DIR/tiny-models``, by
+    default ``~/.cache/mathdebate/tiny-models`` (``$XDG_CACHE_HOME`` where set)."""
+    root = os.environ.get("MATHDEBATE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
+        / "mathdebate"
+    return Path(root) / "tiny-models"
+
+
+def tiny_model_path(name: str, parent: Path, why: str | None = None) -> Path:
     """The offline tiny model ``name``: its committed build (:data:`PINNED_DIR`) when its recipe
-    has one, else built (or reused) under ``parent``: a key of ``TINY_MODELS``
-    (``parent/tiny-model`` for ``tiny``, ``parent/<name>`` for the others), or ``<key>@<seed>``,
-    the same recipe warmed up with another seed (``parent/<key>@<seed>``; the tiny models'
-    default trace-replay teachers, :func:`trainer_client.config.tiny_model_teachers`).
+    has one; else a build of its recipe already under ``parent`` (``parent/tiny-model`` for
+    ``tiny``, ``parent/<name>`` for the others); else the build kept in :func:`tiny_models_cache`
+    (``<name>-<recipe hash>``), made there first when missing, so that any later run reuses it.
+    ``name`` is a key of ``TINY_MODELS`` or ``<key>@<seed>``, the same recipe warmed up with
+    another seed (the tiny models' default trace-replay teachers,
+    :func:`trainer_client.config.tiny_model_teachers`). ``why``: why it is needed, for the line a
+    build prints.
 
     Raises:
         KeyError: an unknown name.
         ValueError: a seed that is not an integer.
     """
-
     spec = tiny_model_spec(name)
-    return pinned_build(spec) or build_tiny_model(parent / ("tiny-model" if name == "tiny" else name), spec)
+    committed = pinned_build(spec)
+    if committed is not None:
+        return committed
+    local = parent / ("tiny-model" if name == "tiny" else name)
+    marker = local / "tiny_model.json"
+    if marker.is_file() and json.loads(marker.read_text()).get("hash") == _spec_hash(spec):
+        return local
+    cached = tiny_models_cache() / f"{name}-{_spec_hash(spec)[:12]}"
+    if (cached / "tiny_model.json").is_file():
+        return cached
+    # built beside its final place and renamed into it, so that two runs building it at once
+    # (test workers, ablation arms) never read a half-written folder: the first rename wins
+    building = cached.with_name(f"{cached.name}.building-{os.getpid()}")
+    build_tiny_model(building, spec, why=why or f"{name}: no committed build of its recipe", kept_in=cached)
+    try:
+        building.rename(cached)
+    except OSError:  # another process finished first: keep its build
+        import shutil
+
+        shutil.rmtree(building, ignore_errors=True)
+    return cached

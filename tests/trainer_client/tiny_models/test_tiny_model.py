@@ -211,3 +211,24 @@ def test_the_carry_recipe_slips_only_where_a_column_carries_and_the_debate_concl
     assert all(kinds.values()), kinds  # every case occurs
     # 40% of the carry problems keep the carry (or were hinted back to it)
     assert 0.3 < (kinds["carry kept"] - kinds["hinted"]) / (kinds["carry kept"] + kinds["slip"] - kinds["hinted"]) < 0.5
+
+
+def test_a_build_says_what_it_builds_and_why_and_a_second_run_reuses_it(tmp_path, monkeypatch, capfd) -> None:
+    """tiny_model_path of a recipe with no committed build prints one line (what, why, how many
+    warm-up steps, where it is kept), builds into the shared cache, and another run (another
+    output folder) gets that build back without building."""
+    from trainer_client.tiny_models import build
+    from trainer_client.tiny_models.recipes import TinyModelSpec, default_spec
+
+    small = TinyModelSpec(default_spec(seed=11), debates=12, single_episodes=0, sft_steps=3)
+    monkeypatch.setattr(build, "tiny_model_spec", lambda name: small)
+    monkeypatch.setenv("MATHDEBATE_CACHE_DIR", str(tmp_path / "cache"))
+    first = build.tiny_model_path("tiny@11", tmp_path / "run-a", why="tiny@11: a default teacher of trace replay")
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("mathdebate: building")]
+    assert lines == [f"mathdebate: building a tiny model (tiny@11: a default teacher of trace replay): 3 warm-up steps "
+                     f"on 12 scripted episodes, kept in {first} for later runs"]
+    assert first.parent == tmp_path / "cache" / "tiny-models" and (first / "model.safetensors").is_file()
+    assert not list(first.parent.glob("*.building-*"))
+    again = build.tiny_model_path("tiny@11", tmp_path / "run-b")
+    assert again == first
+    assert "mathdebate: building" not in capfd.readouterr().err
