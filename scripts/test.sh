@@ -6,6 +6,10 @@
 #   vLLM            scripts/check_vllm_cpu.sh, in its own cached environment
 #   compose         scripts/check_compose.sh (`docker compose up` for real, where the machine allows)
 #   pytest          the test suite; arguments go to pytest
+# The vLLM and compose parts run in the background, beside the static checks, the docs and pytest
+# (they are mostly installs and image builds, waiting on the registries and the disk, which the
+# suite's CPU-bound tests leave room for); their output is printed after pytest's, in the usual
+# order of the summary. MATHDEBATE_SERIAL_PARTS=1 runs them one after another instead, before pytest.
 # A failing part does not stop the others. Each prints what failed: the static checks and pytest
 # their own reports, the docs build its warnings, the vLLM and compose checks each failing test's
 # (or step's) name and the first lines of its failure. Exit status: 0 when every part passed or
@@ -29,7 +33,7 @@ logs=$(mktemp -d)
 if [ -z "${MATHDEBATE_TEST_TINY_MODEL:-}" ]; then
     export MATHDEBATE_TEST_TINY_MODEL="$logs/tiny-model"
 fi
-trap 'rm -rf "$logs"' EXIT
+trap 'kill ${background_pids[@]:-} 2>/dev/null; rm -rf "$logs"' EXIT
 
 summary_lines=()
 failed_parts=()
@@ -41,6 +45,29 @@ done_part() {
     [ "$1" = FAILED ] && failed_parts+=("$PART")
     return 0
 }
+
+# vLLM and compose: started now, in the background (or in turn with MATHDEBATE_SERIAL_PARTS=1);
+# each writes its own logs and its status, printed after pytest by report_vllm / report_compose.
+run_vllm() {
+    local t0; t0=$(date +%s)
+    bash scripts/check_vllm_cpu.sh > "$logs/vllm.out" 2> "$logs/vllm.err"; echo "$? $(( $(date +%s) - t0 ))" > "$logs/vllm.rc"
+}
+run_compose() {
+    local t0; t0=$(date +%s)
+    bash scripts/check_compose.sh > "$logs/compose.log" 2>&1; echo "$? $(( $(date +%s) - t0 ))" > "$logs/compose.rc"
+}
+want_vllm=false; want_compose=false
+{ [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; } && want_vllm=true
+{ [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_COMPOSE:-}" != "1" ]; } && want_compose=true
+background_pids=()
+if [ "${MATHDEBATE_SERIAL_PARTS:-}" = "1" ]; then
+    $want_vllm && run_vllm
+    $want_compose && run_compose
+else
+    if $want_vllm; then run_vllm & background_pids+=($!); fi
+    if $want_compose; then run_compose & background_pids+=($!); fi
+    [ ${#background_pids[@]} -gt 0 ] && echo "vLLM and compose checks started in the background (their output follows pytest's)"
+fi
 
 part "static checks"
 static_failed=()
@@ -58,10 +85,20 @@ else
     done_part FAILED "mkdocs build --strict (warnings above)"
 fi
 
-part "vLLM"
-if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; then
-    # stdout: the failing tests with their first lines, then the summary line; stderr: the build and pytest's output
-    bash scripts/check_vllm_cpu.sh > "$logs/vllm.out" 2> "$logs/vllm.err"; vllm_rc=$?
+part "pytest"
+# --durations: the slowest tests, printed with the summary, to keep the suite within its 20-minute budget
+python -m pytest -q --durations=25 "$@" 2>&1 | tee "$logs/pytest.log"; pytest_rc=${PIPESTATUS[0]}
+counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
+         | sed -E 's/^=+ //; s/ =+$//')
+if [ "$pytest_rc" -eq 0 ]; then done_part passed "$counts"; else done_part FAILED "$counts"; fi
+
+# the background parts: wait for them, then print their sections
+[ ${#background_pids[@]} -gt 0 ] && wait "${background_pids[@]}"
+# done_part of a part that ran elsewhere: its own wall time, from its .rc file
+part_from() { PART=$1; PART_T=$(( $(date +%s) - $(cut -d' ' -f2 "$2") )); echo; echo "=== $PART ==="; }
+
+if $want_vllm; then
+    part_from "vLLM" "$logs/vllm.rc"; vllm_rc=$(cut -d' ' -f1 "$logs/vllm.rc")
     grep -E '^(vLLM \(|vllm serve start|vllm teacher:)' "$logs/vllm.err" | awk '!seen[$0]++' || true  # the tests' measured figures, once
     cat "$logs/vllm.out"
     line=$(grep -E '^vllm-cpu:' "$logs/vllm.out" | tail -1)
@@ -73,13 +110,11 @@ if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; then
         done_part FAILED "${line#vllm-cpu: }"
     fi
 else
-    echo "skipped: MATHDEBATE_SKIP_VLLM_CPU=1"
-    done_part skipped "MATHDEBATE_SKIP_VLLM_CPU=1"
+    part "vLLM"; echo "skipped: MATHDEBATE_SKIP_VLLM_CPU=1"; done_part skipped "MATHDEBATE_SKIP_VLLM_CPU=1"
 fi
 
-part "compose"
-if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_COMPOSE:-}" != "1" ]; then
-    bash scripts/check_compose.sh > "$logs/compose.log" 2>&1; compose_rc=$?
+if $want_compose; then
+    part_from "compose" "$logs/compose.rc"; compose_rc=$(cut -d' ' -f1 "$logs/compose.rc")
     line=$(grep -E '^compose check: (passed|FAILED|skipped)' "$logs/compose.log" | tail -1)
     if [ "$compose_rc" -eq 0 ]; then
         echo "$line"
@@ -95,16 +130,8 @@ if [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_COMPOSE:-}" != "1" ]; then
         done_part FAILED "${line#compose check: }"
     fi
 else
-    echo "skipped: MATHDEBATE_SKIP_COMPOSE=1"
-    done_part skipped "MATHDEBATE_SKIP_COMPOSE=1"
+    part "compose"; echo "skipped: MATHDEBATE_SKIP_COMPOSE=1"; done_part skipped "MATHDEBATE_SKIP_COMPOSE=1"
 fi
-
-part "pytest"
-# --durations: the slowest tests, printed with the summary, to keep the suite within its 20-minute budget
-python -m pytest -q --durations=25 "$@" 2>&1 | tee "$logs/pytest.log"; pytest_rc=${PIPESTATUS[0]}
-counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
-         | sed -E 's/^=+ //; s/ =+$//')
-if [ "$pytest_rc" -eq 0 ]; then done_part passed "$counts"; else done_part FAILED "$counts"; fi
 
 echo
 echo "=== test.sh summary ($(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 )) s in all, install included) ==="
