@@ -92,6 +92,9 @@ CASES = [
     ("ablate", "config key", ["-o", "no_such_key=1", "--env-url", "{server}"], "no_such_key"),
     ("ablate", "unknown model", ["--model", "{missing}-model", "--env-url", "{server}"], "--model"),
     ("ablate", UNREACHABLE, ["--env-url", "{unreachable}"], "cannot reach"),
+    ("ablate", REFUSING, ["--env-url", "{refusing}"], "refused"),
+    ("ablate", BAD_URL, ["--env-url", "not-a-url"], "not an http(s) URL"),
+    ("ablate", MISSING, ["--config", "{missing}"], "missing.jsonl"),
     # export
     ("export", MISSING, ["{missing}", "--output-dir", "{out}"], "missing.jsonl"),
     ("export", MALFORMED, ["{bad_yaml}", "--output-dir", "{out}"], "bad.yaml"),
