@@ -46,6 +46,8 @@ TRAIN_FLAGS = {
     "model": "Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning' / 'tiny-sums'",
     "advantage_estimator": "per-role group normalisation (grpo), per role and turn (grpo_turn) or GiGPO step-level "
                            "credit (gigpo)",
+    "eval_steps": "evaluate the policy on validation problems every N steps, logged as eval/... (0: never; "
+                  "-o eval.problems=, eval.k= set what it measures)",
 }
 
 
@@ -169,13 +171,18 @@ DEMO_MODEL = "tiny-sums"
 DEMO_TRAIN_PROBLEMS = "gen:two_digit_sum"
 #: Samples per problem of the demo's sampled held-out accuracy (avg@k at the run's temperature).
 DEMO_SAMPLES = 8
+#: The demo's evaluation during training: every this many steps (and before the first) ...
+DEMO_EVAL_STEPS = 10
+#: ... on this many validation problems (never the held-out ones the demo reports at the end).
+DEMO_EVAL_PROBLEMS = 64
 
 
 def demo_config(output_dir: str, env_url: str, max_steps: int):
     """The CPU demo's training: the protocol's recipe (:func:`trainer_client.tiny_models.run_recipe.tiny_run_settings`
     of ``tiny-sums``: its committed start, credit, learning rate and temperature; GRPO only, no
     teachers) on :data:`DEMO_TRAIN_PROBLEMS`, for ``max_steps`` steps (the protocol runs more:
-    ``docs/learning.md``)."""
+    ``docs/learning.md``), evaluated on :data:`DEMO_EVAL_PROBLEMS` validation problems every
+    :data:`DEMO_EVAL_STEPS` steps (the curve in ``training.png``)."""
     from trainer_client.config import load_config
     from trainer_client.tiny_models.run_recipe import recipe_shaping, tiny_run_settings
 
@@ -189,6 +196,8 @@ def demo_config(output_dir: str, env_url: str, max_steps: int):
         "max_steps": max_steps,
         "max_rounds": 1,
         "logging_steps": 1,
+        "eval_steps": min(DEMO_EVAL_STEPS, max_steps),
+        "eval.problems": DEMO_EVAL_PROBLEMS,
     })
 
 
@@ -217,8 +226,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         output_dir = run_training(config)
     _print_training_summary(output_dir)
+    _print_eval_curve(output_dir)
     _print_heldout(config, output_dir, args.heldout)
     return 0
+
+
+def _print_eval_curve(output_dir: Path) -> None:
+    """One line: the evaluation during training's greedy first-answer accuracy at each evaluated step."""
+    from trainer_client.training.reporting import read_eval_metrics
+
+    lines = [line for line in read_eval_metrics(output_dir / "metrics.jsonl") if "eval/first_answer_accuracy" in line]
+    if not lines:
+        return
+    curve = ", ".join(f"{line['step']}: {100 * line['eval/first_answer_accuracy']:.0f}%" for line in lines)
+    print(f"during training, greedy first-answer accuracy on {int(lines[-1].get('eval/problems', 0))} validation "
+          f"problems (step: accuracy): {curve}")
 
 
 def _training_device() -> str:
@@ -316,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in SERVER_COMMANDS:
         return server_cli.main(args)
-    from trainer_client.ablation.ablate import add_ablate_command
+    from trainer_client.ablation.command import add_ablate_command
     from trainer_client.evaluation.command import add_eval_command
     from trainer_client.export.command import add_export_command
 

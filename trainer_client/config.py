@@ -31,6 +31,7 @@ __all__ = [
     "TINY_MODELS",
     "TINY_TEACHER_SEEDS",
     "ChannelConfig",
+    "EvalConfig",
     "GiGPOConfig",
     "ReplayConfig",
     "RewardFunctionConfig",
@@ -143,6 +144,41 @@ class ChannelConfig(_Strict):
         return self
 
 
+class EvalConfig(_Strict):
+    """Evaluation during training (``eval_steps``): the policy on a fixed set of *validation*
+    problems of ``problems`` (seeds ``VALIDATION_SEED_BASE + i``, never the held-out split;
+    :mod:`env_server.debate.problems.splits`), through the held-out evaluation's code
+    (:func:`~trainer_client.evaluation.policy_eval.evaluate_policy`), logged as ``eval/...``
+    (:mod:`trainer_client.evaluation.during_training`).
+
+    Attributes:
+        problems: validation problems evaluated each time (the same ones every time).
+        k: samples per problem for ``eval/sampled_accuracy`` (avg@k) and ``eval/pass_at_k``;
+            0: greedy only.
+        debate_k: sampled whole debates per problem for ``eval/sampled_final_accuracy``; 0: the
+            greedy debate only (``eval/final_accuracy``).
+        temperature: the samples' temperature; ``None``: the run's ``temperature``.
+        max_new_tokens: longest generated turn; ``None``: the run's ``max_completion_length``.
+        max_rounds: the validation debates' rounds; ``None``: the run's ``max_rounds``, else 1
+            (the run leaves the rounds to the server, whose default the trainer cannot read).
+        batch_size: prompts per generation batch.
+        on_start: evaluate before the first step too (step 0), as TRL's ``eval_on_start``; a
+            resumed run does not evaluate at its start (its checkpoint's step was evaluated or
+            was not due).
+        sample_seed: torch seed of the samples (the training generators are restored after).
+    """
+
+    problems: int = Field(default=32, ge=1)
+    k: int = Field(default=4, ge=0)
+    debate_k: int = Field(default=0, ge=0)
+    temperature: float | None = Field(default=None, gt=0)
+    max_new_tokens: int | None = Field(default=None, ge=1)
+    max_rounds: int | None = Field(default=None, ge=1, le=16)
+    batch_size: int = Field(default=64, ge=1)
+    on_start: bool = True
+    sample_seed: int = 0
+
+
 class TrainConfig(_Strict):
     """``mathdebate train`` settings (see ``configs/`` for examples).
 
@@ -203,6 +239,10 @@ class TrainConfig(_Strict):
             (:func:`~trainer_client.credit.pipeline.score_unfinished_debates`).
         policies: the policy of each role (:mod:`trainer_client.policies.settings`): a LoRA
             adapter, the frozen base or an endpoint; none: the shared policy.
+        eval_steps: evaluate the policy on validation problems every this many steps (TRL's
+            ``eval_steps``; and after the last step, and before the first with
+            ``eval.on_start``); 0: never (the default of ``mathdebate train``).
+        eval: what that evaluation measures (:class:`EvalConfig`).
     """
 
     model: str = "tiny"
@@ -252,6 +292,8 @@ class TrainConfig(_Strict):
     unfinished_debate_reward: float | None = 0.0
     resume_from_checkpoint: bool | str | None = None
     policies: PoliciesConfig = Field(default_factory=PoliciesConfig)
+    eval_steps: int = Field(default=0, ge=0)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     @model_validator(mode="before")
     @classmethod

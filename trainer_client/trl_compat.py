@@ -115,15 +115,20 @@ class GRPOHooks(GRPOTrainer):
     :meth:`on_scored_batch` (after TRL scored the batch and before it shuffles it: the place
     to rewrite ``advantages`` and the loss mask), and log through :meth:`log_metric`. With vLLM
     colocated on vLLM's CPU platform, TRL's weight sync is replaced by vLLM's layer-wise reload
-    (:func:`sync_vllm_cpu_weights_by_layerwise_reload`).
+    (:func:`sync_vllm_cpu_weights_by_layerwise_reload`). With ``validation`` (a keyword: a callable
+    ``(model, tokenizer) -> {"eval/<metric>": float}``, e.g.
+    :class:`~trainer_client.evaluation.during_training.ValidationEvaluation`), :meth:`evaluate`
+    runs it where transformers' schedule evaluates (``eval_steps``), instead of TRL's
+    evaluation loop over ``eval_dataset``.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, validation: Any = None, **kwargs: Any) -> None:
         model, config = kwargs.get("model"), kwargs.get("args")
         beta = None
         if config is not None and config.beta != 0.0 and "default" not in getattr(model, "peft_config", {"default": 0}):
             beta, config.beta = config.beta, 0.0  # role adapters: TRL would copy a "default" adapter into "ref"
         super().__init__(*args, **kwargs)
+        self.validation = validation
         if beta is not None and config is not None:  # the reference: the base, adapters off (use_adapter(model, None))
             self.beta = config.beta = beta
         if self.use_vllm:  # TRL's colocate weight sync cannot reach vLLM's prepacked CPU weights
@@ -204,6 +209,47 @@ class GRPOHooks(GRPOTrainer):
         """Append ``value`` to TRL's buffer ``name`` (averaged and logged by TRL at each logging
         step; trl 1.16 ``GRPOTrainer._metrics[mode][name]``)."""
         self._metrics[mode or self.mode][name].append(float(value))
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
+        """The run's validation evaluation (``validation``; ``eval_steps``),
+        where transformers' schedule asks for one (every ``eval_steps``, after the last step,
+        ``eval_on_start``; transformers 5.24 ``Trainer._maybe_log_save_evaluate``: after the
+        step's log and before its checkpoint, so a checkpoint's ``metrics.jsonl`` offset includes
+        the evaluation of its step); without it, TRL's own (``GRPOTrainer.evaluate``).
+
+        The main process evaluates (the unwrapped model; the others wait, and receive its figures);
+        the figures are logged with the model in eval mode, so that TRL's ``log`` (trl 1.16
+        ``GRPOTrainer.log``, whose mode follows ``model.training``) leaves the training metrics it
+        is accumulating for the next training log alone. A step whose evaluation is already in
+        the trainer's log history (a resumed run's checkpoint step) is not evaluated again.
+
+        Returns:
+            ``{"eval/<metric>": float}`` (empty when the step was already evaluated).
+        """
+        if self.validation is None:
+            return super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        from accelerate.utils import broadcast_object_list
+
+        step = self.state.global_step
+        if any(entry.get("step") == step and any(key.startswith("eval/") for key in entry)
+               for entry in self.state.log_history):
+            return {}
+        assert self.model is not None, "the trainer holds its model"
+        trained = self.model
+        model = self.accelerator.unwrap_model(trained)
+        metrics = [self.validation(model, self.processing_class) if self.accelerator.is_main_process else None]
+        if self.accelerator.num_processes > 1:
+            broadcast_object_list(metrics)
+        figures: dict[str, float] = metrics[0] or {}
+        was_training = trained.training
+        trained.train(False)
+        try:
+            self.log(dict(figures))
+        finally:
+            trained.train(was_training)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, figures)
+        return figures
 
     def batch_environments(self) -> list[Any] | None:
         """This batch's ``environment_factory`` instances, one per rollout (``None`` before the

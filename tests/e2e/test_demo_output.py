@@ -18,7 +18,7 @@ from pathlib import Path
 import env_server
 import trainer_client
 from trainer_client.cli import main
-from trainer_client.training.reporting import read_metrics
+from trainer_client.training.reporting import read_eval_metrics, read_metrics
 
 OURS = (Path(env_server.__file__).resolve().parent, Path(trainer_client.__file__).resolve().parent)
 
@@ -45,4 +45,8 @@ def test_the_demo_shows_no_weight_bars_and_our_code_raises_no_deprecation(tmp_pa
     assert "sampled (avg@8, temperature 0.7)" in printed.out and "tiny-sums model" in printed.out
     metrics = read_metrics(tmp_path / "demo" / "metrics.jsonl")  # its step lines (the start line is an event)
     assert [m["step"] for m in metrics] == [1, 2]
+    # the evaluation during training on 64 validation problems (every 10 steps: here before and after the 2)
+    curve = read_eval_metrics(tmp_path / "demo" / "metrics.jsonl")
+    assert [(m["step"], m["eval/problems"]) for m in curve] == [(0, 64), (2, 64)]
+    assert "greedy first-answer accuracy on 64 validation problems (step: accuracy): 0: " in printed.out
     assert (tmp_path / "demo" / "final" / "model.safetensors").exists()

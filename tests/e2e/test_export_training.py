@@ -38,8 +38,14 @@ def exported(tiny_learning_dir, tmp_path_factory) -> dict[str, Any]:
     serve = ["--grading-workers", "1", "--problems", "gen:single_digit_sum", "--trajectory-log", str(log)]
     with running_server(serve) as url:
         assert main(["ablate", "--arms", "replay", "--seeds", "1", "--max-steps", "1", "--heldout", "1", "--pass-k", "0",
+                     "--eval-problems", "2",
                      "--no-controls", "--env-url", url, "--model", "tiny-learning", "--output-dir", str(ablation),
                      "-o", "replay.teachers=[{name: oracle-a, kind: oracle}, {name: oracle-b, kind: oracle}]"]) == 0
+    # ablate's default evaluation during training (a tenth of the steps apart, at least every step)
+    from trainer_client.training.reporting import read_eval_metrics
+
+    curve = read_eval_metrics(ablation / "runs" / "replay" / "seed0" / "metrics.jsonl")
+    assert [(line["step"], line["eval/problems"]) for line in curve] == [(0, 2), (1, 2)]
     out = root / "export"
     assert main(["export", str(log), str(ablation), "--output-dir", str(out)]) == 0
     return {"out": out, "log": log, "ablation": ablation}

@@ -40,7 +40,7 @@ from env_server.client import MuxClient, MuxError
 from env_server.debate.problems import load_problem_source
 from trainer_client.rollout.sessions import SessionLedger
 from trainer_client.training.checkpoints import STATE_FILE, complete_checkpoints
-from trainer_client.training.reporting import metrics_events, read_metrics
+from trainer_client.training.reporting import metrics_events, read_eval_metrics, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 #: one torch thread per training process: the runs compare bit for bit, and two processes on a
@@ -57,7 +57,9 @@ TIMING = ("time", "per_second", "memory/", "teachers/", "pairs/emitted", "pairs/
 def _settings(tiny_model_dir: str, url: str, out: Path) -> dict:
     return {"model": tiny_model_dir, "env_url": url, "output_dir": str(out), "max_steps": STEPS, "save_steps": 1,
             "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 256, "max_rounds": 1,
-            "learning_rate": 5e-4, "replay.teachers": [{"name": "a", "kind": "oracle"}, {"name": "b", "kind": "oracle"}]}
+            "learning_rate": 5e-4, "replay.teachers": [{"name": "a", "kind": "oracle"}, {"name": "b", "kind": "oracle"}],
+            # an evaluation on validation problems before the first step and after each: none twice after a resume
+            "eval_steps": 1, "eval.problems": 4, "eval.k": 2, "eval.max_new_tokens": 48}
 
 
 def _train_command(settings: dict, processes: int = 1, resume: Path | None = None) -> list[str]:
@@ -121,6 +123,12 @@ def _same_training(reference: Path, resumed: Path) -> None:
         keys = {key for key in expected if not any(word in key for word in TIMING)}
         assert keys == {key for key in got if not any(word in key for word in TIMING)}
         assert {k: got[k] for k in keys} == pytest.approx({k: expected[k] for k in keys}, rel=1e-6, abs=1e-9)
+    # the evaluations during training: one at each step (0: before the first), each as the uninterrupted run's
+    ref_evals, res_evals = read_eval_metrics(reference / "metrics.jsonl"), read_eval_metrics(resumed / "metrics.jsonl")
+    assert [line["step"] for line in res_evals] == [line["step"] for line in ref_evals] == list(range(STEPS + 1))
+    for expected, got in zip(ref_evals, res_evals, strict=True):
+        assert {k: v for k, v in got.items() if k != "eval/seconds"} == \
+            pytest.approx({k: v for k, v in expected.items() if k != "eval/seconds"}, rel=1e-6, abs=1e-9)
 
 
 def _pair_keys(path: Path) -> list[tuple]:
@@ -158,6 +166,8 @@ def test_a_killed_run_resumes_from_its_last_complete_checkpoint_as_if_never_kill
         step = int(last.name.split("-")[1])
         assert 2 <= step < STEPS
         lines_at_kill = read_metrics(out / "metrics.jsonl")
+        evaluations_at_kill = read_eval_metrics(out / "metrics.jsonl")
+        assert [line["step"] for line in evaluations_at_kill][:3] == [0, 1, 2]
         pairs_at_kill = (out / "replay_pairs.jsonl").read_bytes()
         left_open = SessionLedger(out / "env_sessions.jsonl").open_sessions()
         assert len(left_open) == 4  # one session per environment (4 rollouts a batch)
@@ -181,7 +191,8 @@ def test_a_killed_run_resumes_from_its_last_complete_checkpoint_as_if_never_kill
     start, resume = metrics_events(out / "metrics.jsonl")
     assert start["event"] == "start" and resume["event"] == "resume"
     assert resume["from_step"] == step and resume["checkpoint"] == str(last)
-    assert resume["dropped_lines"] == sum(line["step"] > step for line in lines_at_kill)
+    # (an evaluation is logged before its step's checkpoint: the checkpoint step's is kept)
+    assert resume["dropped_lines"] == sum(line["step"] > step for line in [*lines_at_kill, *evaluations_at_kill])
     assert [line["step"] for line in read_metrics(out / "metrics.jsonl")] == list(range(1, STEPS + 1))
     # the pair store: the killed run's pairs up to the checkpoint kept as they were, none twice
     offset = json.loads((last / "mathdebate" / "rank0.json").read_text())["channels"]["trace_replay_dpo"]["pair_store"]

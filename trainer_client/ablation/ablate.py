@@ -63,7 +63,6 @@ __all__ = [
     "Arm",
     "ablation_model",
     "ablation_modes",
-    "add_ablate_command",
     "plan_arms",
     "replay_figures",
     "run_ablation",
@@ -175,7 +174,7 @@ def ablation_model(model: str | None, config: str | None) -> str | None:
 
 
 def run_ablation(args: argparse.Namespace) -> Path:
-    """Run the plan in ``args`` (see :func:`add_ablate_command`) and write the report.
+    """Run the plan in ``args`` (see :func:`trainer_client.ablation.command.add_ablate_command`) and write the report.
 
     Returns:
         The output directory.
@@ -272,10 +271,14 @@ def run_ablation(args: argparse.Namespace) -> Path:
                     continue
                 runs_bar.set_postfix_str(f"{arm.name} seed {seed}")
                 run_dir = out / "runs" / arm.name / f"seed{seed}"
-                config = load_config(args.config, arm.preset, run_overrides(
+                overrides = run_overrides(
                     arm, seed, args, model_path=model_path, env_url=url, run_dir=run_dir, problems=problems,
                     default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS,
-                    default_teachers=default_teachers, tiny_model=base.model))
+                    default_teachers=default_teachers, tiny_model=base.model)
+                config = load_config(args.config, arm.preset, overrides)
+                if "eval_steps" not in overrides:  # the curves: a tenth of the run's steps apart
+                    config = load_config(args.config, arm.preset,
+                                         {**overrides, "eval_steps": default_eval_steps(config.max_steps)})
                 run_settings = {"config": config.model_dump(mode="json", exclude={"output_dir", "env_url"}),
                                 "model": model_identity(model_path), "problems": problems, "evaluation": evaluation}
                 run_hash = run_protocol_hash(run_settings)
@@ -329,6 +332,16 @@ def run_ablation(args: argparse.Namespace) -> Path:
     return out
 
 
+#: Validation problems of each run's evaluation during training (``--eval-problems``).
+EVAL_PROBLEMS = 64
+
+
+def default_eval_steps(max_steps: int) -> int:
+    """Each run's ``eval_steps`` unless ``--eval-steps`` or ``-o eval_steps=`` says: ten
+    evaluations a run (and one before the first step), at least one step apart."""
+    return max(1, max_steps // 10)
+
+
 def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: str | Path, env_url: str,
                   run_dir: Path, problems: str | None, default_max_rounds: bool, tiny: bool,
                   default_teachers: list[dict[str, Any]] | None = None, tiny_model: str | None = None) -> dict[str, Any]:
@@ -340,7 +353,9 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
     :data:`TINY_MODEL_SETTINGS` of ``tiny_model``, its name), with the tiny
     model's default teachers (``default_teachers``, built: the run's ``model`` is the built
     model's path, which ``TrainConfig`` does not recognise as a tiny model, so its own default
-    would not apply); ``--max-steps``; then the ``-o`` overrides
+    would not apply); ``--max-steps``; ``--eval-steps`` and ``--eval-problems`` (the evaluation
+    during training on validation problems; without ``--eval-steps``, :func:`default_eval_steps`
+    of the run's steps, set by :func:`run_ablation`); then the ``-o`` overrides
     (``args.overrides``), except that the arm's mode and its channels always win: ``-o sdpo.alpha=1``
     weights the ``sdpo`` and ``full`` arms, ``baseline`` keeps 0 (likewise ``replay.beta``).
     """
@@ -357,6 +372,9 @@ def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: 
             overrides["replay.teachers"] = default_teachers
     if args.max_steps is not None:
         overrides["max_steps"] = args.max_steps
+    if args.eval_steps is not None:
+        overrides["eval_steps"] = args.eval_steps
+    overrides["eval.problems"] = args.eval_problems
     overrides.update(args.overrides)
     overrides["mode"] = arm.mode
     from trainer_client.config import PRESETS  # an arm without a channel keeps it off, whatever -o says
@@ -406,88 +424,3 @@ def _sft_control(model_path: str | Path, problems: str | None, seed: int, second
     result = _evaluate_run("sft", seed, run_dir, elapsed, True, source, seeds_heldout, eval_kwargs, eval_seconds)
     result.steps = steps
     return result
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def cmd_ablate(args: argparse.Namespace) -> int:
-    """``mathdebate ablate``: validate the plan, run it, print where the report is."""
-    import yaml
-    from pydantic import ValidationError
-
-    from env_server import cli as server_cli
-    from env_server.usage import UsageError
-    from trainer_client.config import config_error_line, load_config, parse_overrides
-    from trainer_client.training.train import require_model
-
-    if args.no_controls:
-        args.controls = []
-    try:  # the plan, the config file and every -o, checked before anything starts
-        args.overrides = parse_overrides(args.override)
-        plan_arms(args.arms, args.shaping, args.modes or ["debate"], shuffled_control="shuffled" in args.controls)
-        load_config(args.config, None, args.overrides)
-    except (ValidationError, ValueError, KeyError, FileNotFoundError, yaml.YAMLError) as exc:
-        raise UsageError(f"invalid configuration: {config_error_line(exc)}") from exc
-    if args.env_url:
-        server_cli.require_play_servers(args.env_url, "--env-url")
-    if (model := ablation_model(args.model, args.config)) is not None:
-        require_model(model)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        out = run_ablation(args)
-    except (ValidationError, ValueError, FileNotFoundError) as exc:
-        raise UsageError(f"invalid configuration: {config_error_line(exc)}") from exc
-    summary = json.loads((out / "summary.json").read_text())
-    for name, arm in summary["arms"].items():
-        print(f"{name:>24}: held-out accuracy {arm['accuracy_before']:.3f} -> {arm['accuracy_after']:.3f} "
-              f"({len(arm['seeds'])} seeds)")
-    print(f"report: {out / 'report.md'}\nplot: {out / 'report.png'}\nsummary: {out / 'summary.json'}")
-    return 0
-
-
-def add_ablate_command(sub: Any) -> None:
-    """Register ``ablate`` on the ``mathdebate`` parser."""
-    ablate = sub.add_parser("ablate", help="train every arm × seed, evaluate held-out accuracy, write a report")
-    ablate.add_argument("--arms", nargs="+", default=["baseline"], choices=PRESET_NAMES)
-    ablate.add_argument("--shaping", nargs="+", default=None,
-                        help="reward-shaping strategies (one arm each); default: the tiny model's recipe credit "
-                             "(tiny-sums: own_outcome, chosen on validation), else identity")
-    ablate.add_argument("--modes", nargs="+", default=None,
-                        help="episode modes: debate (solver, verifier, judge) and/or single (the solver alone); "
-                             "default: the config's mode (debate without a config)")
-    ablate.add_argument("--seeds", type=int, default=3)
-    ablate.add_argument("--seed-start", type=int, default=0,
-                        help="first seed (runs seeds S .. S + --seeds - 1): split one experiment's seeds over several "
-                             "processes writing the same --output-dir, then report them all with --seed-start 0, "
-                             "which reuses every finished run")
-    ablate.add_argument("--max-steps", type=int, default=None,
-                        help="RL steps per run (default: the tiny model's protocol, 100 for tiny-sums and 200 for "
-                             "the others, else the config's max_steps)")
-    ablate.add_argument("--model", default=None,
-                        help="'tiny' (the learning experiment's tiny model; the default without --config) or a model id/path")
-    ablate.add_argument("--config", default=None, help="YAML training config (e.g. configs/gpu_qwen.yaml)")
-    ablate.add_argument("--env-url", default=None, help="an env server; default: start one here")
-    ablate.add_argument("--problems", default=None,
-                        help="problem source (default: the config's, or the tiny model's family: "
-                             + ", ".join(f"{k}: {v}" for k, v in TINY_FAMILIES.items() if v) + ")")
-    ablate.add_argument("--heldout", type=int, default=500, help="evaluation problems (of --split)")
-    ablate.add_argument("--split", choices=["heldout", "validation"], default="heldout",
-                        help="evaluate on held-out problems (seeds from 10^9: results) or validation problems "
-                             "(seeds from 10^9 + 500,000: choosing settings)")
-    ablate.add_argument("--pass-k", type=int, default=8,
-                        help="first-answer samples per problem at the run's training temperature, for sampled "
-                             "accuracy (avg@k) and pass@k (0: greedy only)")
-    ablate.add_argument("--debate-k", type=int, default=None,
-                        help="sampled whole debates per problem for the sampled final accuracy (default: --pass-k; 0: none)")
-    ablate.add_argument("--controls", nargs="*", default=list(CONTROLS), choices=CONTROLS,
-                        help="controls to run: static (best constant, copy from prompt), shuffled (rewards "
-                             "shuffled within each batch), sft (SFT on gold debates for the baseline's wall-clock)")
-    ablate.add_argument("--no-controls", action="store_true", help="skip every control (same as --controls with none)")
-    ablate.add_argument("--control-seeds", type=int, default=None,
-                        help="run the trained controls (shuffled, sft) on the first K seeds only (default: every seed)")
-    ablate.add_argument("--output-dir", default="outputs/ablate")
-    ablate.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="any training config field, dotted, for every arm")
-    ablate.set_defaults(func=cmd_ablate)
-

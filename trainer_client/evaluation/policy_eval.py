@@ -62,7 +62,8 @@ _DEBATE_KEYS = ("balanced_verdict_accuracy", "verdict_accuracy_right", "verdict_
 def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *, k: int, temperature: float,
                     debate_k: int | None = None, max_rounds: int = 1, mode: str = "debate",
                     play_as: Callable[[Any], AbstractContextManager[Any]] | None = None,
-                    sample_seed: int = 0) -> PolicyEvaluation:
+                    sample_seed: int = 0, max_new_tokens: int = 96, batch_size: int = 64,
+                    progress: bool | None = None) -> PolicyEvaluation:
     """Evaluate a policy on ``source.by_seed(s)`` for ``s`` in ``seeds``.
 
     Args:
@@ -76,6 +77,9 @@ def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int
         play_as: per-role policies (:func:`~trainer_client.evaluation.episode_eval.evaluate_episodes`);
             the first answers are the solver's.
         sample_seed: torch seed of the samples.
+        max_new_tokens: longest generated turn (first answers and every debate turn).
+        batch_size: prompts (or debates) per generation batch.
+        progress: the first answers' progress bar (``None``: on a terminal only).
 
     Returns:
         :class:`PolicyEvaluation`.
@@ -87,10 +91,14 @@ def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int
     debate_k = k if debate_k is None else debate_k
     with nullcontext() if play_as is None else play_as(Role.SOLVER):
         first = evaluate_first_answers(model, tokenizer, source, seeds, k=k, temperature=temperature,
-                                       max_rounds=max_rounds, mode=mode, sample_seed=sample_seed)
-    greedy = evaluate_episodes(model, tokenizer, source, seeds, max_rounds=max_rounds, mode=mode, play_as=play_as)
+                                       max_rounds=max_rounds, mode=mode, sample_seed=sample_seed,
+                                       max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
+    sizes = {"max_new_tokens": max_new_tokens, "batch_size": batch_size}
+    greedy = evaluate_episodes(model, tokenizer, source, seeds, max_rounds=max_rounds, mode=mode, play_as=play_as,
+                               **sizes)
     sampled = (evaluate_episodes(model, tokenizer, source, seeds, max_rounds=max_rounds, mode=mode, play_as=play_as,
-                                 k=debate_k, temperature=temperature, sample_seed=sample_seed) if debate_k else None)
+                                 k=debate_k, temperature=temperature, sample_seed=sample_seed, **sizes)
+               if debate_k else None)
     figures: dict[str, Any] = {
         "n": first.n, "k": k, "debate_k": debate_k, "temperature": temperature,
         "accuracy": first.accuracy, "valid_rate": first.valid_rate, "accuracy_valid": first.accuracy_valid,

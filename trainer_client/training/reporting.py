@@ -6,6 +6,11 @@ this callback only mirrors each training log line into a file. Besides the step 
 ``"event"`` key and no ``"step"``: the first line (``"start"``, with the run's provenance) and
 one line per resume (``"resume"``: ``from_step``, ``checkpoint``, ``dropped_lines``, the
 resumed process's provenance). Read the step lines with :func:`read_metrics`.
+
+With ``eval_steps``, the evaluations during training have lines of their own,
+``{"step": int, "eval/<metric>": float, ...}`` (:mod:`trainer_client.evaluation.during_training`;
+the step the policy had trained, 0 before the first), read with :func:`read_eval_metrics`;
+:func:`read_metrics` leaves them out.
 """
 
 from __future__ import annotations
@@ -23,18 +28,30 @@ from transformers.utils import logging as transformers_logging
 
 from env_server.jsonio import read_jsonl
 
-__all__ = ["LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "MetricsFileCallback", "QuietProgressCallback",
-           "metrics_events", "plot_metrics", "read_metrics", "trailing_mean", "weight_bars_off"]
+__all__ = ["EVAL_CURVE_KEYS", "LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "MetricsFileCallback",
+           "QuietProgressCallback", "is_eval_line", "metrics_events", "plot_metrics", "read_eval_metrics", "read_metrics",
+           "trailing_mean", "weight_bars_off"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
 """The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
 the same value as ``loss/sdpo_jsd`` for one release, then removed."""
 ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward")
+#: The evaluation curves drawn in ``training.png`` (validation problems, every ``eval_steps``).
+EVAL_CURVE_KEYS = ("eval/first_answer_accuracy", "eval/sampled_accuracy", "eval/final_accuracy",
+                   "eval/sampled_final_accuracy", "eval/balanced_verdict_accuracy")
+#: The prefix of the evaluation's metrics (``trainer_client.evaluation.during_training.EVAL_PREFIX``).
+_EVAL_PREFIX = "eval/"
+
+
+def is_eval_line(line: dict[str, Any]) -> bool:
+    """Whether a ``metrics.jsonl`` line is an evaluation during training's (it has ``eval/...`` keys)."""
+    return any(key.startswith(_EVAL_PREFIX) for key in line)
 
 
 class MetricsFileCallback(TrainerCallback):
-    """Appends every training log that carries the loss channels to ``path`` as a JSON line
-    ``{"step": int, <metric>: float, ...}`` (the main process only).
+    """Appends every training log that carries the loss channels, and every evaluation during
+    training (``eval/...``), to ``path`` as a JSON line ``{"step": int, <metric>: float, ...}``
+    (the main process only).
 
     Args:
         path: the ``metrics.jsonl`` file.
@@ -68,7 +85,7 @@ class MetricsFileCallback(TrainerCallback):
                 handle.write(json.dumps(event) + "\n")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if not state.is_world_process_zero or not logs or "loss/total" not in logs:
+        if not state.is_world_process_zero or not logs or ("loss/total" not in logs and not is_eval_line(logs)):
             return
         line = {"step": state.global_step}
         line.update({k: v for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)})
@@ -77,9 +94,15 @@ class MetricsFileCallback(TrainerCallback):
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The step lines of a ``metrics.jsonl`` (:class:`MetricsFileCallback`), in order, without its
-    event lines (start, resumes)."""
-    return [line for _, line in read_jsonl(path) if "event" not in line]
+    """The training step lines of a ``metrics.jsonl`` (:class:`MetricsFileCallback`), in order,
+    without its event lines (start, resumes) and its evaluation lines (:func:`read_eval_metrics`)."""
+    return [line for _, line in read_jsonl(path) if "event" not in line and not is_eval_line(line)]
+
+
+def read_eval_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The evaluation lines of a ``metrics.jsonl`` (``{"step": int, "eval/<metric>": float, ...}``,
+    every ``eval_steps``), in order; empty when the run did not evaluate during training."""
+    return [line for _, line in read_jsonl(path) if "event" not in line and is_eval_line(line)]
 
 
 def metrics_events(path: str | Path) -> list[dict[str, Any]]:
@@ -163,12 +186,26 @@ def _plot_costs(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str]) -> No
     ax.legend(handles, labels, fontsize=8)
 
 
+def _plot_lines(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str], title: str) -> None:
+    """Each of ``keys`` that ``lines`` hold, against the step, with markers (no smoothing)."""
+    for key in keys:
+        points = [(line["step"], line[key]) for line in lines if key in line]
+        if points:
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, marker="o", label=key)
+    ax.set_xlabel("step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 #: The credit panel's metrics (``credit/fidelity/<role>``, ``credit/signal/<role>``: credit/fidelity.py).
 CREDIT_PREFIXES = ("credit/fidelity/", "credit/signal/")
 
 
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
-    """Plot per-role rewards, the three loss channels and, when logged, trace replay's chosen and
+    """Plot per-role rewards, the three loss channels and, when logged, the evaluation during
+    training on validation problems (:data:`EVAL_CURVE_KEYS`), trace replay's chosen and
     rejected log-probs (trained and held-out pairs), each role's credit fidelity and signal
     (smoothed like the rewards) and what the channels cost (each one's
     seconds per step, the step's peak memory: :mod:`trainer_client.losses.costs`) against the step. With 10 steps or
@@ -194,21 +231,27 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     lines = read_metrics(metrics_path)
     if not lines:
         raise ValueError(f"{metrics_path} holds no metrics")
+    evaluations = read_eval_metrics(metrics_path)
     replay = any(key in line for line in lines for key in REPLAY_KEYS)
     cost_keys = sorted({key for line in lines for key in line if key.startswith("time/") and key.endswith("_s")})
     cost = bool(cost_keys) or any(PEAK_MEMORY_KEY in line for line in lines)
     # does each role's advantage point the way its own turn went? (credit/fidelity.py)
     credit_keys = sorted({key for line in lines for key in line if key.startswith(CREDIT_PREFIXES)})
-    count = 2 + replay + bool(credit_keys) + cost
+    count = 2 + bool(evaluations) + replay + bool(credit_keys) + cost
     fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     rewards_ax, loss_ax = axes[0], axes[1]
     smoothed = {rewards_ax}
     panels: list[tuple[Any, Sequence[str], str]] = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"),
                                                     (loss_ax, LOSS_KEYS, "loss channels")]
+    if evaluations:  # the curves a run is judged by: validation problems, never the held-out ones
+        _plot_lines(axes[2], evaluations, EVAL_CURVE_KEYS,
+                    f"evaluation on {int(evaluations[-1].get('eval/problems', 0)) or 'the'} validation problems")
+        axes[2].set_ylim(-0.02, 1.02)
+    first_extra = 2 + bool(evaluations)
     if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
-        panels.append((axes[2], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
+        panels.append((axes[first_extra], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
     if credit_keys:
-        credit_ax = axes[2 + replay]
+        credit_ax = axes[first_extra + replay]
         smoothed.add(credit_ax)
         panels.append((credit_ax, credit_keys, "credit: fidelity and signal per role"))
     if cost:  # what each channel costs in this run (trainer_client.losses.costs)

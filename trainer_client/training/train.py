@@ -174,11 +174,17 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         **({"vllm_server_base_url": config.vllm_server_base_url} if config.vllm_server_base_url else {}),
         vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         disable_tqdm=not progress,
+        # evaluation during training: transformers' schedule, our evaluation (DebateGRPOTrainer.evaluate);
+        # TRL checks its eval batch against num_generations though the validation evaluation batches its own
+        **({"eval_strategy": "steps", "eval_steps": config.eval_steps,
+            "per_device_eval_batch_size": config.num_generations} if config.eval_steps else {}),
     )
     main = args.process_index == 0
     config_data = config.model_dump(mode="json")
     resume_from = (checkpoints.resume_checkpoint(config.resume_from_checkpoint, output_dir)
                    if config.resume_from_checkpoint else None)
+    # a resumed run's checkpoint step was evaluated already, or was not due
+    args.eval_on_start = bool(config.eval_steps and config.eval.on_start and resume_from is None)
     if main and (resume_from is None or not (output_dir / "config.yaml").exists()):  # a resume keeps the run's
         (output_dir / "config.yaml").write_text(yaml.safe_dump(config_data, sort_keys=False))
     token = config.env_token
@@ -267,10 +273,15 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         if main:
             log.info("hint distillation shows its teacher the reference solution (sdpo.hint = reference, OPSD): "
                      "this run is GOLD-SUPERVISED")
+    validation = eval_dataset = None
+    if config.eval_steps:
+        validation, eval_dataset = _validation(config)
     trainer = DebateGRPOTrainer(
         model=policies.model,
         args=args,
         train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        validation=validation,
         processing_class=tokenizer,
         environment_factory=environment_factory(config.env_url, token, config.max_rounds, config.rewards_timeout_s,
                                                 config.mode, ledger=ledger),
@@ -332,6 +343,25 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
     if failure_check is not None:  # every process: the counts are gathered
         failure_check.raise_if_exceeded(output_dir, trainer.state.global_step, config.max_steps)
     return output_dir
+
+
+def _validation(config) -> tuple[Any, Any]:
+    """The evaluation during training (``eval_steps``) and the dataset transformers schedules it
+    with (the validation problems' seeds, never iterated: the evaluation draws the problems)."""
+    from datasets import Dataset
+
+    from trainer_client.evaluation.during_training import ValidationEvaluation, validation_seeds
+    from trainer_client.policies.adapters import use_route
+
+    play_as = None
+    if config.policies.adapters:  # each role's adapter plays its turns; an endpoint role is played by the base
+        def play_as(model: Any, role: Any) -> Any:
+            route = config.policies.route(role)
+            return use_route(model, "frozen" if route == "endpoint" else route)
+    evaluation = ValidationEvaluation.from_config(config, play_as)
+    log.info("evaluation during training: every %d steps, %d validation problems (greedy first answer, avg@%d, "
+             "the greedy debate's final answer)", config.eval_steps, config.eval.problems, config.eval.k)
+    return evaluation, Dataset.from_list([{"seed": seed} for seed in validation_seeds(config.eval.problems)])
 
 
 class _FailedRequests:

@@ -33,7 +33,8 @@ def test_a_single_arm_trains_in_single_mode(tmp_path):
     the config file and every ``-o``; ``-o mode=...`` itself is refused before anything runs."""
     import argparse
 
-    from trainer_client.ablation.ablate import add_ablate_command, run_ablation, run_overrides
+    from trainer_client.ablation.ablate import run_ablation, run_overrides
+    from trainer_client.ablation.command import add_ablate_command
     from trainer_client.config import load_config
 
     parser = argparse.ArgumentParser()
@@ -85,7 +86,8 @@ def test_ablate_without_options_runs_tiny_sums_recipe(tmp_path):
     keep ``identity``."""
     import argparse
 
-    from trainer_client.ablation.ablate import ablation_model, add_ablate_command, run_overrides
+    from trainer_client.ablation.ablate import ablation_model, run_overrides
+    from trainer_client.ablation.command import add_ablate_command
     from trainer_client.config import load_config
     from trainer_client.tiny_models.run_recipe import recipe_shaping
 
@@ -119,7 +121,7 @@ def test_without_modes_an_ablation_keeps_the_configs_mode(tmp_path):
     ablated in single mode (the CLI's default used to override it with ``debate``)."""
     import argparse
 
-    from trainer_client.ablation.ablate import add_ablate_command
+    from trainer_client.ablation.command import add_ablate_command
     from trainer_client.config import load_config
 
     config = tmp_path / "single.yaml"
@@ -131,6 +133,30 @@ def test_without_modes_an_ablation_keeps_the_configs_mode(tmp_path):
     assert ablation_modes(args.modes, load_config(str(config), None, {}).mode) == ["single"]
     assert ablation_modes(args.modes, load_config(None, None, {}).mode) == ["debate"]
     assert ablation_modes(["debate", "single"], "single") == ["debate", "single"]  # --modes wins
+
+
+def test_each_run_is_evaluated_during_training_a_tenth_of_its_steps_apart(tmp_path):
+    """Without ``--eval-steps`` a run evaluates on validation problems every tenth of its steps
+    (at least every step); ``--eval-steps`` and ``--eval-problems`` reach every run's config."""
+    import argparse
+
+    from trainer_client.ablation.ablate import EVAL_PROBLEMS, default_eval_steps, run_overrides
+    from trainer_client.ablation.command import add_ablate_command
+    from trainer_client.config import load_config
+
+    assert [default_eval_steps(n) for n in (1, 9, 10, 50, 100, 205)] == [1, 1, 1, 5, 10, 20]
+    parser = argparse.ArgumentParser()
+    add_ablate_command(parser.add_subparsers())
+    for argv, expected in (([], (0, EVAL_PROBLEMS)), (["--eval-steps", "7", "--eval-problems", "9"], (7, 9))):
+        args = parser.parse_args(["ablate", *argv])
+        args.overrides = {}
+        [arm] = plan_arms(args.arms, ["identity"], ["debate"], shuffled_control=False)
+        config = load_config(None, arm.preset, run_overrides(
+            arm, 0, args, model_path=tmp_path / "m", env_url="http://127.0.0.1:1", run_dir=tmp_path / "run",
+            problems="gen:two_digit_sum", default_max_rounds=True, tiny=True))
+        # (without --eval-steps, run_ablation then sets default_eval_steps of the run's max_steps:
+        # tests/e2e/test_export_training.py)
+        assert (config.eval_steps, config.eval.problems) == expected
 
 
 def test_model_choice_keeps_a_configs_model():
@@ -287,7 +313,7 @@ def test_ablate_defaults_run_the_recipe_and_it_learns_beyond_the_start_and_the_a
     done = subprocess.run(
         [sys.executable, "-m", "trainer_client.cli", "ablate", "--seeds", "1", "--heldout", str(LEARNING_CHECK_HELDOUT),
          "--max-steps", str(LEARNING_CHECK_STEPS), "--pass-k", "2", "--debate-k", "0", "--controls", "static",
-         "--output-dir", str(out)],
+         "--eval-steps", str(LEARNING_CHECK_STEPS // 2), "--eval-problems", "16", "--output-dir", str(out)],
         cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -302,6 +328,12 @@ def test_ablate_defaults_run_the_recipe_and_it_learns_beyond_the_start_and_the_a
                      [load_problem_source("gen:two_digit_sum").fingerprint()])
     config = (run_dir / "config.yaml").read_text()
     assert "strategy: own_outcome" in config and f"max_steps: {LEARNING_CHECK_STEPS}" in config
+    # the curve: evaluated on 16 validation problems before the first step, half-way and at the end
+    from trainer_client.training.reporting import read_eval_metrics
+
+    curve = read_eval_metrics(run_dir / "metrics.jsonl")
+    assert [line["step"] for line in curve] == [0, LEARNING_CHECK_STEPS // 2, LEARNING_CHECK_STEPS]
+    assert all(line["eval/problems"] == 16 and "eval/final_accuracy" in line for line in curve)
     assert "temperature: 0.7" in config
     arm = summary["arms"]["baseline+own_outcome"]
     assert arm["seeds"] == [0] and arm["accuracy_before"] == summary["before"]["accuracy"]
@@ -366,7 +398,7 @@ def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wro
         return subprocess.run(
             [sys.executable, "-m", "trainer_client.cli", "ablate", "--arms", "baseline", "sdpo", "replay", "full",
              "--seeds", "1", "--max-steps", str(max_steps), "--model", tiny_model_dir, "--problems", "gen:two_digit_sum",
-             "--heldout", "6", "--pass-k", "0", "--controls", "static", "--split", "validation",
+             "--heldout", "6", "--pass-k", "0", "--controls", "static", "--split", "validation", "--eval-steps", "0",
              "--output-dir", str(out), *[arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]],
             cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=560)
 
