@@ -84,3 +84,20 @@ def test_openenv_validate_on_the_repository_and_the_server(openenv010, server_ur
     assert static["verdict"] in ("pass", "warn")  # warn: the build-dependent levels are skipped
     runtime = _validate(openenv010, "--url", server_url)
     assert runtime["passed"] and runtime["summary"]["failed_criteria"] == []
+
+
+HARNESS_PROBE = Path(__file__).resolve().parents[1] / "helpers" / "openenv010_harness_probe.py"
+
+
+def test_010_collect_runner_plays_debates_through_the_harness_session_factory(openenv010, server_url, tmp_path):
+    """OpenEnv 0.10's own CollectRunner (not 0.3.0's, which test_harness.py runs) with our
+    factory: every reward it writes is the server's record of that episode."""
+    import urllib.request
+
+    out = subprocess.run([str(openenv010 / "python"), str(HARNESS_PROBE), server_url, str(ROOT), str(tmp_path), "4"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert result["openenv"].startswith("0.10.") and (result["collected"], result["failed"]) == (4, 0)
+    for episode in result["episodes"]:
+        with urllib.request.urlopen(f"{server_url}/episodes/{episode['server_episode_id']}/rewards") as response:
+            assert json.loads(response.read())["record"]["episode_reward"] == episode["reward"]

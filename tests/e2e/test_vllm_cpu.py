@@ -300,6 +300,43 @@ def test_vllm_serve_drives_eval_in_the_tool_layout_like_hf(vllm_server, tiny_mod
     assert abs(tools["accuracy"] - hf["accuracy"]) <= ties / 20
 
 
+def test_collect_runner_plays_debates_with_build_model_step_over_vllm_serve(vllm_server, server_url, tmp_path) -> None:
+    """OpenEnv's ``CollectRunner`` (openenv-core 0.3.0) with its own ``build_model_step`` over its
+    ``OpenAIClient`` against ``vllm serve`` of the tiny checkpoint (hermes tool calls), through our
+    harness session factory (its ``PerCallOpenAIClient``): every debate is collected, and every reward in ``results.jsonl`` is
+    the server's record of that episode (the tiny model answers at random; the rewards' source is
+    the check). OpenAIClient sends the request's ``tools`` only (no ``chat_template_kwargs``), so
+    the served template renders vLLM's reduced tool schemas, not the full ones of training."""
+    import urllib.parse
+    import urllib.request
+
+    from openenv.core.harness import HarnessRunLimits, MCPHarnessAdapter
+    from openenv.core.harness.collect import CollectRunner, RolloutSerializer, build_model_step
+
+    from trainer_client.rollout.harness import DebateSessionFactory, PerCallOpenAIClient
+
+    url, _ = vllm_server
+    parsed = urllib.parse.urlsplit(url)
+    # (openenv-core 0.3.0's build_model_step cannot call its own OpenAIClient twice: PerCallOpenAIClient)
+    step = build_model_step(PerCallOpenAIClient(f"{parsed.scheme}://{parsed.hostname}", parsed.port, "tiny",
+                                                temperature=0.0, max_tokens=256))
+    seeds = list(range(4))
+    runner = CollectRunner(session_factory=DebateSessionFactory(server_url, max_rounds=1),
+                           harness_adapter=MCPHarnessAdapter(), serializer=RolloutSerializer(tmp_path), tasks=seeds,
+                           limits=HarnessRunLimits(max_turns=8, sampling={"temperature": 0.0, "max_tokens": 256}))
+    result = runner.run(model_step=step, num_episodes=len(seeds))
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert (result.num_collected, result.num_failed) == (len(seeds), 0)
+    for record in records:
+        episode = record["artifacts"]["server_episode_id"]
+        with urllib.request.urlopen(f"{server_url}/episodes/{episode}/rewards", timeout=10) as response:
+            assert json.loads(response.read())["record"]["episode_reward"] == record["reward"]
+        assert record["messages"][2]["role"] == "assistant"  # the model's first turn, as vLLM returned it
+    calls = sum(len(record["tool_trace"]) for record in records)
+    print(f"vllm harness: {len(records)} debates collected, {calls} tool calls, "
+          f"rewards {[record['reward'] for record in records]}")
+
+
 def test_a_context_too_short_for_the_prompt_fails_every_episode_with_vllms_own_message(tiny_model_dir,
                                                                                         tmp_path) -> None:
     """Issue 45, as a user met it: the tiny checkpoint served with ``--max-model-len`` shorter than

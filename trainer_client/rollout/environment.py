@@ -98,7 +98,8 @@ class DebateEnvironment:
         self._record: EpisodeRewards | None = None
         self._trace = EpisodeTrace(TraceHandles(
             turns=lambda: self._turns, observation=lambda: self._observation, done=lambda: self._done,
-            record=lambda: self._record, finish=self._finish, wait_record=self._wait_record, state_at=self._state_at))
+            record=lambda: self._record, finish=self._finish, wait_record=self._wait_record, state_at=self._state_at,
+            close=self._close_session))
 
     @property
     def trace(self) -> EpisodeTrace:
@@ -194,6 +195,18 @@ class DebateEnvironment:
             self._send(self._observation.role, last_message, "fallback")
         while self._observation.role is not None:
             self._send(self._observation.role, _FORFEIT, "forfeit")
+
+    def _close_session(self) -> None:
+        """Close this environment's session (written closed in the ledger, when there is one)."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        try:
+            session.close()
+        except (ConnectionError, SessionLostError, MuxError) as exc:  # gone already: nothing left to close
+            log.info("env session %s: %s while closing it", session.session_id, exc)
+        if self._ledger is not None:
+            self._ledger.closed(session.session_id)
 
     def _state_at(self, t: int) -> DebateObservation:
         if self._session is None or self._observation is None:

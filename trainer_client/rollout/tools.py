@@ -10,8 +10,8 @@ from typing import Any
 from env_server.protocol.markers import Role
 from env_server.protocol.models import DebateObservation
 
-__all__ = ["DEBATE_OVER", "DEBATE_SYSTEM_PROMPT", "FORFEIT_ACTION", "TOOL_ARGUMENTS", "TOOL_FOR_ROLE", "action_content",
-           "render_instructions", "role_instructions"]
+__all__ = ["DEBATE_OVER", "DEBATE_SYSTEM_PROMPT", "FORFEIT_ACTION", "TOOL_ARGUMENTS", "TOOL_FOR_ROLE", "TOOL_PARAMETERS",
+           "action_content", "render_instructions", "role_instructions"]
 
 #: System message for the training prompt: the model plays every role through the tools.
 DEBATE_SYSTEM_PROMPT = (
@@ -60,6 +60,30 @@ TOOL_ARGUMENTS: dict[str, tuple[Role, tuple[str, ...]]] = {
     "submit_solution": (Role.SOLVER, ("solution",)),
     "submit_verdict": (Role.VERIFIER, ("verdict", "critique")),
     "submit_final_answer": (Role.JUDGE, ("answer",)),
+}
+
+
+#: Each tool's description and JSON-schema parameters, in TRL's order, exactly as
+#: ``transformers.utils.get_json_schema`` reads them from the adapter's methods (what the training
+#: prompt shows; ``tool_calls.tool_schemas`` computes them, a test keeps the two equal): for
+#: clients without transformers, such as the harness's MCP tools.
+TOOL_PARAMETERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "submit_final_answer": ("Close the debate as the judge by giving the final answer.", {
+        "type": "object",
+        "properties": {"answer": {"type": "string",
+                                  "description": "The final answer in LaTeX, for example \\frac{1}{2}."}},
+        "required": ["answer"]}),
+    "submit_solution": ("Submit your solution as the solver.", {
+        "type": "object",
+        "properties": {"solution": {"type": "string", "description": "Your complete solution, ending with the "
+                                                                   "final answer in \\boxed{...}."}},
+        "required": ["solution"]}),
+    "submit_verdict": ("Submit your review of the solution as the verifier.", {
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "description": "CORRECT if the solution's final answer is "
+                                                                 "right, otherwise INCORRECT."},
+                       "critique": {"type": "string", "description": "Your step-by-step check of the solution."}},
+        "required": ["verdict", "critique"]}),
 }
 
 

@@ -48,6 +48,7 @@ class TraceHandles:
     finish: Callable[[str | None], None]
     wait_record: Callable[[], EpisodeRewards]
     state_at: Callable[[int], DebateObservation]
+    close: Callable[[], None] = lambda: None
 
 
 class EpisodeTrace:
@@ -110,3 +111,8 @@ class EpisodeTrace:
             MuxError: ``t`` out of range, or the episode expired on the server.
         """
         return self._handles.state_at(t)
+
+    def close(self) -> None:
+        """Close the environment's session on the server now (a harness session's end), rather
+        than at the run's end or the server's idle reaping; a later ``reset`` opens another."""
+        self._handles.close()
