@@ -25,13 +25,14 @@ from env_server.protocol.markers import Role
 from trainer_client.ablation.run_policies import load_run_policies
 from trainer_client.cli import main
 from trainer_client.config import load_config
+from trainer_client.evaluation.during_training import ValidationEvaluation
 from trainer_client.evaluation.episode_eval import evaluate_episodes
 from trainer_client.losses.base import LossChannel
 from trainer_client.policies.adapters import adapter_parameters, attach_adapters, use_route
 from trainer_client.rollout.environment import environment_factory
 from trainer_client.rollout.tools import DEBATE_SYSTEM_PROMPT
 from trainer_client.trainer import DebateGRPOTrainer
-from trainer_client.training.reporting import read_metrics
+from trainer_client.training.reporting import read_eval_metrics, read_metrics
 from trainer_client.training.train import run_training
 from trainer_client.trl_compat import checkpointing_off
 
@@ -117,7 +118,9 @@ def test_an_endpoint_plays_the_judge_in_training_episodes(server_url, tiny_model
             "model": tiny_model_dir, "env_url": server_url, "output_dir": str(tmp_path / "run"), "max_steps": 2,
             "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 1024, "max_rounds": 1,
             "learning_rate": 1e-3, "policies.solver.adapter": "solver", "policies.verifier.adapter": "verifier",
-            "policies.judge.endpoint": f"openai:{url}#oracle"})
+            "policies.judge.endpoint": f"openai:{url}#oracle",
+            # evaluated during training too: each role's adapter plays its turns, the base the endpoint's
+            "eval_steps": 2, "eval.problems": 2, "eval.k": 0, "eval.max_new_tokens": 48})
         run_training(config, progress=False)
     judge_requests = [body for body in fixture.bodies if body["messages"][0]["content"].startswith("You are the judge")]
     assert judge_requests, fixture.requests  # the endpoint played judge turns
@@ -125,6 +128,14 @@ def test_an_endpoint_plays_the_judge_in_training_episodes(server_url, tiny_model
     # those judge turns went through the debate tool: those rollouts finished their debates
     assert min(line["debate/unfinished_rate"] for line in metrics) < 1.0
     assert (tmp_path / "run" / "final" / "solver" / "adapter_config.json").exists()
+    evaluations = read_eval_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [line["step"] for line in evaluations] == [0, 2]
+    # the last evaluation is ablate's held-out evaluation of the saved run (each role's adapter, the
+    # base for the endpoint's judge), on the same validation problems
+    model, tokenizer, play_as = load_run_policies(tmp_path / "run")
+    expected = ValidationEvaluation.from_config(config, lambda _, role: play_as(role))(model, tokenizer)
+    assert {k: v for k, v in evaluations[-1].items() if k not in ("eval/seconds", "step", "epoch")} == \
+        {k: v for k, v in expected.items() if k != "eval/seconds"}
 
 
 def test_train_writes_one_adapter_per_role_and_eval_plays_them(server_url, tiny_model_dir, tmp_path) -> None:
