@@ -27,6 +27,7 @@ from transformers.trainer_callback import ProgressCallback
 from transformers.utils import logging as transformers_logging
 
 from env_server.jsonio import read_jsonl
+from trainer_client.evaluation.during_training import EVAL_PREFIX
 
 __all__ = ["EVAL_CURVE_KEYS", "LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "MetricsFileCallback",
            "QuietProgressCallback", "is_eval_line", "metrics_events", "plot_metrics", "read_eval_metrics", "read_metrics",
@@ -39,13 +40,11 @@ ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/ju
 #: The evaluation curves drawn in ``training.png`` (validation problems, every ``eval_steps``).
 EVAL_CURVE_KEYS = ("eval/first_answer_accuracy", "eval/sampled_accuracy", "eval/final_accuracy",
                    "eval/sampled_final_accuracy", "eval/balanced_verdict_accuracy")
-#: The prefix of the evaluation's metrics (``trainer_client.evaluation.during_training.EVAL_PREFIX``).
-_EVAL_PREFIX = "eval/"
 
 
 def is_eval_line(line: dict[str, Any]) -> bool:
     """Whether a ``metrics.jsonl`` line is an evaluation during training's (it has ``eval/...`` keys)."""
-    return any(key.startswith(_EVAL_PREFIX) for key in line)
+    return any(key.startswith(EVAL_PREFIX) for key in line)
 
 
 class MetricsFileCallback(TrainerCallback):

@@ -174,7 +174,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         **({"vllm_server_base_url": config.vllm_server_base_url} if config.vllm_server_base_url else {}),
         vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
         disable_tqdm=not progress,
-        # evaluation during training: transformers' schedule, our evaluation (DebateGRPOTrainer.evaluate);
+        # evaluation during training: transformers' schedule, our evaluation (GRPOHooks.evaluate);
         # TRL checks its eval batch against num_generations though the validation evaluation batches its own
         **({"eval_strategy": "steps", "eval_steps": config.eval_steps,
             "per_device_eval_batch_size": config.num_generations} if config.eval_steps else {}),
