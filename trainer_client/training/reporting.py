@@ -165,11 +165,7 @@ PEAK_MEMORY_KEY = "memory/peak_gib"
 def _plot_costs(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str]) -> None:
     """Each channel's seconds per step (``time/<channel>_s``) and, on a second axis, the step's
     peak memory (``memory/peak_gib``)."""
-    for key in keys:
-        points = [(line["step"], line[key]) for line in lines if key in line]
-        if points:
-            steps, values = zip(*points, strict=True)
-            ax.plot(steps, values, marker="o", label=key)
+    _draw_keys(ax, lines, keys)
     ax.set_xlabel("step")
     ax.set_ylabel("seconds per step")
     ax.set_title("loss channels' cost")
@@ -185,13 +181,18 @@ def _plot_costs(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str]) -> No
     ax.legend(handles, labels, fontsize=8)
 
 
-def _plot_lines(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str], title: str) -> None:
+def _draw_keys(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str]) -> None:
     """Each of ``keys`` that ``lines`` hold, against the step, with markers (no smoothing)."""
     for key in keys:
         points = [(line["step"], line[key]) for line in lines if key in line]
         if points:
             steps, values = zip(*points, strict=True)
             ax.plot(steps, values, marker="o", label=key)
+
+
+def _plot_lines(ax: Any, lines: list[dict[str, Any]], keys: Sequence[str], title: str) -> None:
+    """A panel of :func:`_draw_keys` with its title, grid and legend."""
+    _draw_keys(ax, lines, keys)
     ax.set_xlabel("step")
     ax.set_title(title)
     ax.grid(alpha=0.3)
