@@ -102,7 +102,11 @@ class DebateResourceSession(ResourceSession):
         self._environment, self._factory, self._task, self._episode_id = environment, factory, task, episode_id
         self._tools = {tool.name: tool for tool in factory.tools}
         self._closed = False
-        self._instructions = self._guard("reset", lambda: environment.reset(**_task_reset(task, None)))
+        try:
+            self._instructions = self._guard("reset", lambda: environment.reset(**_task_reset(task, None)))
+        except BaseException:  # the runner never gets this session to close: close what the reset opened
+            self.close()
+            raise
 
     @property
     def server_episode_id(self) -> str | None:
