@@ -275,10 +275,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
                     arm, seed, args, model_path=model_path, env_url=url, run_dir=run_dir, problems=problems,
                     default_max_rounds=base.max_rounds is None, tiny=base.model in TINY_MODELS,
                     default_teachers=default_teachers, tiny_model=base.model)
-                config = load_config(args.config, arm.preset, overrides)
-                if "eval_steps" not in overrides:  # the curves: a tenth of the run's steps apart
-                    config = load_config(args.config, arm.preset,
-                                         {**overrides, "eval_steps": default_eval_steps(config.max_steps)})
+                config = with_default_eval_steps(load_config(args.config, arm.preset, overrides),
+                                                 "eval_steps" in overrides or "eval_steps" in base.model_fields_set)
                 run_settings = {"config": config.model_dump(mode="json", exclude={"output_dir", "env_url"}),
                                 "model": model_identity(model_path), "problems": problems, "evaluation": evaluation}
                 run_hash = run_protocol_hash(run_settings)
@@ -340,6 +338,12 @@ def default_eval_steps(max_steps: int) -> int:
     """Each run's ``eval_steps`` unless ``--eval-steps`` or ``-o eval_steps=`` says: ten
     evaluations a run (and one before the first step), at least one step apart."""
     return max(1, max_steps // 10)
+
+
+def with_default_eval_steps(config: Any, chosen: bool) -> Any:
+    """``config`` with :func:`default_eval_steps` of its ``max_steps`` unless its ``eval_steps``
+    was ``chosen`` (``--eval-steps``, ``-o eval_steps=``, or the ``--config`` file's own)."""
+    return config if chosen else config.model_copy(update={"eval_steps": default_eval_steps(config.max_steps)})
 
 
 def run_overrides(arm: Arm, seed: int, args: argparse.Namespace, *, model_path: str | Path, env_url: str,

@@ -157,6 +157,15 @@ def test_each_run_is_evaluated_during_training_a_tenth_of_its_steps_apart(tmp_pa
         # (without --eval-steps, run_ablation then sets default_eval_steps of the run's max_steps:
         # tests/e2e/test_export_training.py)
         assert (config.eval_steps, config.eval.problems) == expected
+    # the default applies unless eval_steps was chosen, also by the --config file itself (0: off)
+    from trainer_client.ablation.ablate import with_default_eval_steps
+
+    (tmp_path / "off.yaml").write_text("eval_steps: 0\nmax_steps: 40\n")
+    (tmp_path / "plain.yaml").write_text("max_steps: 40\n")
+    for name, expected_steps in (("off.yaml", 0), ("plain.yaml", 4)):
+        base = load_config(str(tmp_path / name), None, {})
+        run = with_default_eval_steps(base, "eval_steps" in base.model_fields_set)
+        assert run.eval_steps == expected_steps, name
 
 
 def test_model_choice_keeps_a_configs_model():
