@@ -35,7 +35,7 @@ junit=$(mktemp --suffix=.xml)
   "tests/e2e/test_train.py::test_plain_grpo_trainer_trains_through_environment_factory" \
   "tests/e2e/test_train.py::test_each_ablation_preset_trains_two_steps[full]" "$@" 2>&1 | tee "$log" | tail -n 40 >&2
 rc=${PIPESTATUS[0]}
-grep -E '^(vLLM \(|vllm serve start|vllm teacher:|vllm harness:)' "$log" >&2 || true  # the tests' measured figures
+grep -E '^(vLLM \(|vllm serve start|vllm teacher:|vllm harness:|vllm verifiers:)' "$log" >&2 || true  # the tests' measured figures
 if [ "$rc" -ne 0 ]; then
   # Which tests failed and why, where the caller reads (the tail above may show only passing tests' output).
   if [ -s "$junit" ]; then

@@ -20,7 +20,7 @@ from env_server.protocol.frames import _PREFIXES
 from env_server.transport.mux import MuxConnection
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("env_server", "trainer_client")
+PACKAGES = ("env_server", "trainer_client", "math_debate")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

@@ -39,7 +39,7 @@ from griffe_docstrings import rewrite_docstring  # noqa: E402  (this folder is n
 log = logging.getLogger("mkdocs.hooks.mathdebate")
 
 CONFIG_MARKER = "<!-- trainconfig-reference -->"
-PACKAGES = ("env_server", "trainer_client")
+PACKAGES = ("env_server", "trainer_client", "math_debate")
 #: Modules that only re-export names (none since the documented paths are where names are defined).
 REEXPORTS: set[str] = set()
 

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Every combination the README, Dockerfile (EXTRAS build-arg), docker-compose.yml and scripts/test.sh
 # (train,test,docs) install.
-COMBINATIONS = ["train", "train,vllm", "train,vllm,liger", "train,test", "train,test,docs", "train,harness"]
+COMBINATIONS = ["train", "train,vllm", "train,vllm,liger", "train,test", "train,test,docs", "train,harness", "train,verifiers"]
 # What the code is exercised on: the floor is the vLLM CPU environment's transformers (5.17),
 # the cap the one pyproject.toml names (5.40 drops `past_key_values`).
 TESTED_TRANSFORMERS = SpecifierSet(">=5.17.0,<5.40")

@@ -177,7 +177,7 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         yield served
 
 
-def _eval(tmp_path: Path, name: str, policy: str, *extra: str) -> tuple[dict, list[dict], float]:
+def _eval(tmp_path: Path, name: str, policy: str, *extra: str, limit: int = 20) -> tuple[dict, list[dict], float]:
     import subprocess
     import sys
     import time
@@ -185,7 +185,7 @@ def _eval(tmp_path: Path, name: str, policy: str, *extra: str) -> tuple[dict, li
     out = tmp_path / name
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "trainer_client.cli", "eval", "--policy", policy,
-                           "--problems", "gen:single_digit_sum", "--limit", "20", "--strategy", "greedy",
+                           "--problems", "gen:single_digit_sum", "--limit", str(limit), "--strategy", "greedy",
                            "--max-new-tokens", "256", "--no-progress", "--output-dir", str(out), *extra],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -335,6 +335,53 @@ def test_collect_runner_plays_debates_with_build_model_step_over_vllm_serve(vllm
     calls = sum(len(record["tool_trace"]) for record in records)
     print(f"vllm harness: {len(records)} debates collected, {calls} tool calls, "
           f"rewards {[record['reward'] for record in records]}")
+
+
+@pytest.mark.timeout(600)  # may build verifiers' own environment first (tests/helpers/vf_eval.py)
+def test_vf_eval_of_the_debate_environment_plays_the_first_answers_mathdebate_eval_does(vllm_server, tmp_path) -> None:
+    """verifiers' own ``vf-eval math-debate`` (its chat harness in a local subprocess) against
+    ``vllm serve`` of the tiny checkpoint, greedy, and ``mathdebate eval --policy openai:URL#tiny``
+    with the same problems and server-built role chats: per problem the same first answer (the
+    solver's reply text), graded the same by the server (the answer it read and its correctness);
+    each episode's traces carry the server's reward. The tiny model answers at random: the
+    equality of the replies is the check."""
+    import time
+
+    from vf_eval import episodes_by_problem, run_vf_eval
+
+    from env_server.cli import running_server
+
+    url, _ = vllm_server
+    limit = 10
+    eval_results, trajectories, eval_s = _eval(tmp_path, "mathdebate-eval", f"openai:{url}#tiny", "--max-rounds", "1",
+                                               limit=limit)
+    assert eval_results["requests_failed"] == 0
+    started = time.monotonic()
+    with running_server(["--problems", "gen:single_digit_sum"]) as env_url:
+        run_vf_eval("math-debate", "--env.url", env_url, "--env.taskset.problems", "gen:single_digit_sum",
+                    "--env.taskset.limit", str(limit), "--env.max-rounds", "1", "--model", "tiny",
+                    "--client.base-url", url, "--sampling.temperature", "0", "--sampling.max-tokens", "256",
+                    "-o", str(tmp_path), "--run.name", "vf-eval")
+    vf_s = time.monotonic() - started
+    episodes = episodes_by_problem(tmp_path / "vf-eval")
+    assert sorted(episodes) == sorted(line["problem_id"] for line in trajectories)
+    same_correct = 0
+    for line in trajectories:
+        episode = episodes[line["problem_id"]]
+        assert episode["ok"], episode["errors"]
+        first = episode["traces"][0]
+        assert first["agent"]["name"] == "solver" and first["info"]["t"] == 0
+        assert first["task"]["data"]["prompt"] == line["turns"][0]["messages"]  # the same chat, from the servers
+        reply = first["nodes"][-1]["message"]["content"] or ""
+        assert reply.strip() == line["turns"][0]["content"].strip(), line["problem_id"]
+        graded = line["rewards"]["turns"][0]
+        assert (first["info"]["answer"], first["info"]["correct"]) == (graded["answer"], graded["correct"])
+        assert first["metrics"]["first_answer_correct"] == float(line["rewards"]["facts"]["first_answer_correct"])
+        same_correct += 1
+    accuracy = sum(e["traces"][0]["metrics"]["first_answer_correct"] for e in episodes.values()) / limit
+    print(f"vllm verifiers: {same_correct} of {limit} first answers the same as mathdebate eval's; first-answer "
+          f"accuracy {accuracy:.2f} (eval {eval_results['first_answer_accuracy']:.2f}); vf-eval {vf_s:.0f} s, "
+          f"mathdebate eval {eval_s:.0f} s")
 
 
 def test_a_context_too_short_for_the_prompt_fails_every_episode_with_vllms_own_message(tiny_model_dir,

@@ -14,6 +14,9 @@ Served by uvicorn on a real socket (a thread of the test process). It knows the 
 - ``broken``: every request fails with HTTP 500;
 - ``flaky``: the first request with a given body fails with HTTP 503, a repeat succeeds.
 
+A request with ``"stream": true`` gets the same reply as server-sent events (one content chunk,
+one with the finish reason, the usage when ``stream_options.include_usage``, then ``[DONE]``).
+
 ``requests`` counts the requests per model, ``bodies`` keeps every request body and
 ``authorization`` every ``Authorization`` header.
 """
@@ -32,7 +35,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request  # module level: the route's annotations are resolved from here
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from env_server.debate.answers import last_boxed
 
@@ -110,6 +113,20 @@ class ChatFixture:
         }
 
 
+def _events(body: dict[str, Any], include_usage: bool) -> Iterator[str]:
+    """A chat completion as OpenAI's streamed ``chat.completion.chunk`` events."""
+    choice = body["choices"][0]
+    head = {k: body[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": choice["message"]["content"]},
+                                    "logprobs": choice["logprobs"], "finish_reason": None}]},
+              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}]
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": body["usage"]})
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,8 +142,12 @@ def serve_chat_fixture(gold: dict[str, str]) -> Iterator[tuple[str, ChatFixture]
     @app.post("/v1/chat/completions")
     async def completions(request: Request) -> JSONResponse:
         fixture.authorization.append(request.headers.get("authorization"))
-        status, body = fixture.answer(await request.json())
-        return JSONResponse(body, status_code=status)
+        asked = await request.json()
+        status, body = fixture.answer(asked)
+        if status != 200 or not asked.get("stream"):
+            return JSONResponse(body, status_code=status)
+        return StreamingResponse(_events(body, bool((asked.get("stream_options") or {}).get("include_usage"))),
+                                 media_type="text/event-stream")
 
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
