@@ -69,6 +69,11 @@ else
     [ ${#background_pids[@]} -gt 0 ] && echo "vLLM and compose checks started in the background (their output follows pytest's)"
 fi
 
+# verifiers' own environment (tests/helpers/vf_eval.py: verifiers pins an mcp the test extra's
+# openenv-core cannot import with), built beside the static checks and the docs; the tests that
+# run vf-eval wait for it (a file lock) and report a failed build themselves.
+python tests/helpers/vf_eval.py > "$logs/verifiers-env.log" 2>&1 & background_pids+=($!)
+
 part "static checks"
 static_failed=()
 echo "ruff check:"; ruff check . || static_failed+=(ruff)
@@ -99,7 +104,7 @@ part_from() { PART=$1; PART_T=$(( $(date +%s) - $(cut -d' ' -f2 "$2") )); echo; 
 
 if $want_vllm; then
     part_from "vLLM" "$logs/vllm.rc"; vllm_rc=$(cut -d' ' -f1 "$logs/vllm.rc")
-    grep -E '^(vLLM \(|vllm serve start|vllm teacher:)' "$logs/vllm.err" | awk '!seen[$0]++' || true  # the tests' measured figures, once
+    grep -E '^(vLLM \(|vllm serve start|vllm teacher:|vllm harness:|vllm verifiers:)' "$logs/vllm.err" | awk '!seen[$0]++' || true  # the tests' measured figures, once
     cat "$logs/vllm.out"
     line=$(grep -E '^vllm-cpu:' "$logs/vllm.out" | tail -1)
     if [ "$vllm_rc" -eq 0 ]; then

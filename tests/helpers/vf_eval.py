@@ -74,3 +74,7 @@ def episodes_by_problem(run: Path) -> dict[str, dict]:
     """``traces.jsonl`` of a ``vf-eval`` run directory: each episode by its task's ``problem_id``."""
     lines = [json.loads(line) for line in (run / "traces.jsonl").read_text().splitlines()]
     return {line["task"]["data"]["problem_id"]: line for line in lines}
+
+
+if __name__ == "__main__":  # scripts/test.sh builds it in the background: `python tests/helpers/vf_eval.py`
+    print(verifiers_bin())
