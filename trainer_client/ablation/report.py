@@ -92,7 +92,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
 #: The debate's own figures, greedy and sampled (:func:`~trainer_client.evaluation.policy_eval.evaluate_policy`).
 _DEBATE_FIGURES = tuple(f"{prefix}{key}" for prefix in ("", "sampled_") for key in (
     "balanced_verdict_accuracy", "verdict_accuracy_right", "verdict_accuracy_wrong", "judge_copies_solver",
-    "wrong_to_right", "right_to_wrong"))
+    "wrong_to_right", "right_to_wrong", "missing_verdict_share", "net_repair_rate", "repair_when_rejected",
+    "repair_when_accepted"))
 
 
 def _vectors(before: Mapping[str, list[float]] | list[bool]) -> Mapping[str, list[float]]:

@@ -17,6 +17,7 @@ from env_server.protocol.models import EpisodeRewards
 from trainer_client.credit.role_samples import RoleSamples
 from trainer_client.credit.shaping import shaping_metrics
 from trainer_client.credit.shaping.base import TRAINED_ROLES
+from trainer_client.credit.verdicts import verifier_step_metrics
 from trainer_client.rollout.segments import Segment
 
 __all__ = ["debate_metrics", "kept_samples", "scored_only", "unfinished_rate", "without_dropped"]
@@ -35,7 +36,9 @@ def debate_metrics(samples: RoleSamples, shaped: np.ndarray, records: Sequence[E
         ``{name: value}``: ``shaping_metrics``' keys, ``debate/reward/<role>`` (mean per-turn
         reward of each trained role), ``debate/judge_accuracy`` (where a judge answered),
         ``debate/episode_reward``, ``debate/error_site_rate`` (share of trained turns with an
-        error-site marker) and ``debate/unaligned_rollouts`` (count).
+        error-site marker), ``debate/unaligned_rollouts`` (count) and the verifier's verdicts
+        (``debate/verifier/balanced_accuracy``, ``accept_rate_right``, ``reject_rate_wrong``,
+        ``missing_verdict_share``: :func:`~trainer_client.credit.verdicts.verifier_step_metrics`).
     """
     metrics = dict(shaping_metrics(samples.rewards, shaped, samples.roles, samples.group_ids))
     per_role: dict[Role, list[float]] = defaultdict(list)
@@ -56,6 +59,7 @@ def debate_metrics(samples: RoleSamples, shaped: np.ndarray, records: Sequence[E
     metrics["debate/episode_reward"] = float(np.mean([r.episode_reward for r in records]))
     metrics["debate/error_site_rate"] = sites / trained if trained else 0.0
     metrics["debate/unaligned_rollouts"] = float(sum(s is None for s in segments))
+    metrics.update(verifier_step_metrics(records))
     return metrics
 
 

@@ -18,6 +18,8 @@ problems results are reported on):
 ``eval/judge_copies_solver``        the judge's answer is the solver's last one
 ``eval/wrong_to_right``             first answer wrong, final right (over all debates)
 ``eval/right_to_wrong``             first answer right, final wrong
+``eval/missing_verdict_share``      verifier turns with no parsable verdict
+``eval/net_repair_rate``            (wrong→right − right→wrong) ÷ wrong first answers
 ``eval/problems``                   validation problems evaluated (``eval.problems``)
 ``eval/seconds``                    wall-clock of the evaluation
 ==================================  ==========================================================
@@ -62,6 +64,8 @@ _LOGGED = {
     "judge_copies_solver": "judge_copies_solver",
     "wrong_to_right": "wrong_to_right",
     "right_to_wrong": "right_to_wrong",
+    "missing_verdict_share": "missing_verdict_share",
+    "net_repair_rate": "net_repair_rate",
     "n": "problems",
     "seconds": "seconds",
 }

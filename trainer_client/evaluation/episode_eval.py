@@ -50,6 +50,9 @@ class EpisodeReport:
             (same normal form; ``None`` in ``single`` mode).
         wrong_to_right: debates whose first answer was wrong and final answer right, over all debates.
         right_to_wrong: debates whose first answer was right and final answer wrong, over all debates.
+        missing_verdict_share, net_repair_rate, repair_when_rejected, repair_when_accepted: as
+            :class:`~trainer_client.credit.verdicts.VerdictFigures` (``None`` in ``single`` mode
+            or where nothing was counted); the verdict accuracies above come from the same records.
         episode_rewards: per debate, ``G`` (problem ``i``'s debates at ``i*k .. i*k + k - 1``).
         first_answer_correct: per debate, whether the solver's first answer was right.
         seconds: wall-clock of the evaluation.
@@ -71,6 +74,10 @@ class EpisodeReport:
     judge_copies_solver: float | None = None
     wrong_to_right: float = 0.0
     right_to_wrong: float = 0.0
+    missing_verdict_share: float | None = None
+    net_repair_rate: float | None = None
+    repair_when_rejected: float | None = None
+    repair_when_accepted: float | None = None
 
     def summary(self) -> dict[str, Any]:
         """The aggregates without the per-debate lists."""
@@ -79,10 +86,6 @@ class EpisodeReport:
     def per_problem_final(self) -> list[float]:
         """``(n,)`` each problem's final accuracy (mean ``G`` over its ``k`` debates)."""
         return [sum(self.episode_rewards[i * self.k:(i + 1) * self.k]) / self.k for i in range(self.n)]
-
-
-def _rate(numerator: int, denominator: int) -> float | None:
-    return numerator / denominator if denominator else None
 
 
 def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
@@ -126,7 +129,8 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     from env_server.debate.rewards import episode_rewards_data
     from env_server.protocol.grades import Grade
     from env_server.protocol.markers import EpisodeMode, ErrorKind, Role
-    from env_server.protocol.models import DebateAction, DebateObservation
+    from env_server.protocol.models import DebateAction, DebateObservation, EpisodeRewards
+    from trainer_client.credit.verdicts import verdict_figures
     from trainer_client.rollout.chat_template import training_chat_template
     from trainer_client.rollout.tool_calls import tool_callables
     from trainer_client.rollout.tools import FORFEIT_ACTION
@@ -140,8 +144,9 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     sample = k > 0
     rewards: list[float] = []
     first_correct: list[bool] = []
-    finished = judge_right = judge_copies = right_reviews = wrong_reviews = accepted_right = rejected_wrong = 0
+    finished = judge_right = judge_copies = 0
     wrong_to_right = right_to_wrong = 0
+    records: list[EpisodeRewards] = []
     problems = [source.by_seed(s) for s in seeds for _ in range(per_problem)]
 
     def observation(episode: DebateEpisode) -> DebateObservation:
@@ -192,6 +197,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                         kind = ErrorKind.MISSING_FINAL_ANSWER if turn.answer is None else None
                         grades[turn.t] = Grade(correct, kind, "heldout")
                 record = episode_rewards_data(episode, grades, graded_at=0.0)
+                records.append(EpisodeRewards.model_validate(record))
                 reward, first = float(record["episode_reward"]), bool(record["facts"]["first_answer_correct"])
                 rewards.append(reward)
                 first_correct.append(first)
@@ -199,13 +205,6 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                 right_to_wrong += first and reward == 0.0
                 finished += not was_forfeited
                 judge_right += bool(record["facts"]["judge_correct"])
-                for turn in episode.turns:
-                    if turn.role is Role.VERIFIER and turn.reviewed_t is not None:
-                        reviewed_right = grades[turn.reviewed_t].correct
-                        right_reviews += reviewed_right
-                        wrong_reviews += not reviewed_right
-                        accepted_right += reviewed_right and turn.verdict == "CORRECT"
-                        rejected_wrong += (not reviewed_right) and turn.verdict == "INCORRECT"
                 solver_answers = [t.answer for t in episode.turns if t.role is Role.SOLVER]
                 judge_answer = episode.turns[-1].answer if episode.turns[-1].role is Role.JUDGE else None
                 judge_copies += (judge_answer is not None and bool(solver_answers) and solver_answers[-1] is not None
@@ -215,16 +214,19 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
         model.train(was_training)
     n = len(rewards)
     debate = mode == "debate"
-    right_rate, wrong_rate = _rate(accepted_right, right_reviews), _rate(rejected_wrong, wrong_reviews)
+    verdicts = verdict_figures(records) if debate else None
     return EpisodeReport(n=len(seeds), episode_reward=sum(rewards) / n if n else 0.0,
                          finished_rate=finished / n if n else 0.0,
                          judge_accuracy=(judge_right / n if n else 0.0) if debate else None,
                          episode_rewards=rewards, first_answer_correct=first_correct,
                          seconds=time.perf_counter() - start, k=per_problem, temperature=temperature if sample else None,
                          first_answer_accuracy=sum(first_correct) / n if n else 0.0,
-                         verdict_accuracy_right=right_rate if debate else None,
-                         verdict_accuracy_wrong=wrong_rate if debate else None,
-                         balanced_verdict_accuracy=(right_rate + wrong_rate) / 2
-                         if debate and right_rate is not None and wrong_rate is not None else None,
+                         verdict_accuracy_right=verdicts.verdict_accuracy_right if verdicts else None,
+                         verdict_accuracy_wrong=verdicts.verdict_accuracy_wrong if verdicts else None,
+                         balanced_verdict_accuracy=verdicts.balanced_verdict_accuracy if verdicts else None,
+                         missing_verdict_share=verdicts.missing_verdict_share if verdicts else None,
+                         net_repair_rate=verdicts.net_repair_rate if verdicts else None,
+                         repair_when_rejected=verdicts.repair_when_rejected if verdicts else None,
+                         repair_when_accepted=verdicts.repair_when_accepted if verdicts else None,
                          judge_copies_solver=(judge_copies / n if n else 0.0) if debate else None,
                          wrong_to_right=wrong_to_right / n if n else 0.0, right_to_wrong=right_to_wrong / n if n else 0.0)

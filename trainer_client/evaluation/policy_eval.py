@@ -41,7 +41,8 @@ class PolicyEvaluation:
             ``sample_valid_rate``, ``episode_reward`` (= ``final_accuracy``), ``finished_rate``,
             ``judge_accuracy``, ``balanced_verdict_accuracy``, ``verdict_accuracy_right``,
             ``verdict_accuracy_wrong``, ``judge_copies_solver``, ``wrong_to_right``,
-            ``right_to_wrong`` and their ``sampled_`` twins, ``k``, ``debate_k``,
+            ``right_to_wrong``, ``missing_verdict_share``, ``net_repair_rate``,
+            ``repair_when_rejected``, ``repair_when_accepted`` and their ``sampled_`` twins, ``k``, ``debate_k``,
             ``temperature``, ``seconds``.
         per_problem: ``{metric: (N,) floats}`` for the measured :data:`ACCURACY_METRICS`.
     """
@@ -56,7 +57,8 @@ class PolicyEvaluation:
 
 
 _DEBATE_KEYS = ("balanced_verdict_accuracy", "verdict_accuracy_right", "verdict_accuracy_wrong", "judge_copies_solver",
-                "wrong_to_right", "right_to_wrong", "finished_rate", "judge_accuracy")
+                "wrong_to_right", "right_to_wrong", "finished_rate", "judge_accuracy", "missing_verdict_share",
+                "net_repair_rate", "repair_when_rejected", "repair_when_accepted")
 
 
 def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *, k: int, temperature: float,

@@ -29,7 +29,7 @@ from transformers.utils import logging as transformers_logging
 from env_server.jsonio import read_jsonl
 from trainer_client.evaluation.during_training import EVAL_PREFIX
 
-__all__ = ["EVAL_CURVE_KEYS", "LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "MetricsFileCallback",
+__all__ = ["EVAL_CURVE_KEYS", "LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "VERIFIER_KEYS", "MetricsFileCallback",
            "QuietProgressCallback", "is_eval_line", "metrics_events", "plot_metrics", "read_eval_metrics", "read_metrics",
            "trailing_mean", "weight_bars_off"]
 
@@ -37,6 +37,9 @@ LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total"
 """The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
 the same value as ``loss/sdpo_jsd`` for one release, then removed."""
 ROLE_REWARD_KEYS = ("debate/reward/solver", "debate/reward/verifier", "debate/judge_accuracy", "debate/episode_reward")
+#: The verifier's verdicts on the step's own rollouts (trainer_client.credit.verdicts), a panel of ``training.png``.
+VERIFIER_KEYS = ("debate/verifier/balanced_accuracy", "debate/verifier/accept_rate_right",
+                 "debate/verifier/reject_rate_wrong", "debate/verifier/missing_verdict_share")
 #: The evaluation curves drawn in ``training.png`` (validation problems, every ``eval_steps``).
 EVAL_CURVE_KEYS = ("eval/first_answer_accuracy", "eval/sampled_accuracy", "eval/final_accuracy",
                    "eval/sampled_final_accuracy", "eval/balanced_verdict_accuracy")
@@ -204,7 +207,8 @@ CREDIT_PREFIXES = ("credit/fidelity/", "credit/signal/")
 
 
 def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
-    """Plot per-role rewards, the three loss channels and, when logged, the evaluation during
+    """Plot per-role rewards, the three loss channels and, when logged, the verifier's verdicts on
+    each step's rollouts (:data:`VERIFIER_KEYS`, smoothed), the evaluation during
     training on validation problems (:data:`EVAL_CURVE_KEYS`), trace replay's chosen and
     rejected log-probs (trained and held-out pairs), each role's credit fidelity and signal
     (smoothed like the rewards) and what the channels cost (each one's
@@ -237,17 +241,22 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     cost = bool(cost_keys) or any(PEAK_MEMORY_KEY in line for line in lines)
     # does each role's advantage point the way its own turn went? (credit/fidelity.py)
     credit_keys = sorted({key for line in lines for key in line if key.startswith(CREDIT_PREFIXES)})
-    count = 2 + bool(evaluations) + replay + bool(credit_keys) + cost
+    verifier = any(key in line for line in lines for key in VERIFIER_KEYS)
+    count = 2 + verifier + bool(evaluations) + replay + bool(credit_keys) + cost
     fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     rewards_ax, loss_ax = axes[0], axes[1]
     smoothed = {rewards_ax}
     panels: list[tuple[Any, Sequence[str], str]] = [(rewards_ax, ROLE_REWARD_KEYS, "rewards"),
                                                     (loss_ax, LOSS_KEYS, "loss channels")]
+    if verifier:  # is the verifier learning, and how much of a low accuracy is missing verdicts?
+        smoothed.add(axes[2])
+        panels.append((axes[2], VERIFIER_KEYS, "verifier: verdicts on the step's rollouts"))
     if evaluations:  # the curves a run is judged by: validation problems, never the held-out ones
-        _plot_lines(axes[2], evaluations, EVAL_CURVE_KEYS,
+        eval_ax = axes[2 + verifier]
+        _plot_lines(eval_ax, evaluations, EVAL_CURVE_KEYS,
                     f"evaluation on {int(evaluations[-1].get('eval/problems', 0)) or 'the'} validation problems")
-        axes[2].set_ylim(-0.02, 1.02)
-    first_extra = 2 + bool(evaluations)
+        eval_ax.set_ylim(-0.02, 1.02)
+    first_extra = 2 + verifier + bool(evaluations)
     if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
         panels.append((axes[first_extra], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
     if credit_keys:
