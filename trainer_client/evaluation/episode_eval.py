@@ -91,7 +91,8 @@ class EpisodeReport:
 def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: Sequence[int], *,
                       max_rounds: int = 1, batch_size: int = 64, max_new_tokens: int = 96,
                       mode: str = "debate", play_as: Callable[[Any], AbstractContextManager[Any]] | None = None,
-                      k: int = 0, temperature: float = 1.0, sample_seed: int = 0) -> EpisodeReport:
+                      k: int = 0, temperature: float = 1.0, sample_seed: int = 0,
+                      transcripts: list[dict[str, Any]] | None = None) -> EpisodeReport:
     """Whole episodes on ``source.by_seed(s)``, greedy (``k == 0``) or ``k`` sampled per problem at
     ``temperature``: the model plays every role, turn by turn, in the token layout of TRL's tool
     loop (its own tokens, then the tool-result suffix of the training chat template), against the
@@ -116,6 +117,11 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
             ``None``: one policy plays every role.
         k: sampled debates per problem (every turn sampled at ``temperature``, ``top_k`` 0,
             ``top_p`` 1); 0: one greedy debate per problem.
+        transcripts: when given, one dict per debate is appended to it: ``problem_id``,
+            ``problem``, ``gold``, ``turns`` (per turn ``t``, ``role``, the model's ``generated``
+            text, whether it was a ``valid_call`` of the role's tool, the submitted ``content``,
+            the parsed ``verdict`` and ``answer``) and the graded ``record`` (JSON); for audits
+            (``scripts/verifier_audit.py``).
         temperature: the sampling temperature (unused when greedy).
         sample_seed: torch seed of the samples (reproducible; the global generator is restored).
 
@@ -161,6 +167,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                                       mode=EpisodeMode(mode)) for j, p in enumerate(batch)]
             contexts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in batch]
             forfeited = [False] * len(batch)
+            generated: list[dict[int, tuple[str, bool]]] = [{} for _ in batch]
             while active := [j for j, e in enumerate(episodes) if not e.done]:
                 texts: list[list[str]] = [[] for _ in active]
                 by_role = {None: list(range(len(active)))} if play_as is None else {
@@ -177,6 +184,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                     role = episode.role
                     assert role is not None, "an episode that is not done has a role to play"
                     content = role_tool_action(text, role)
+                    generated[j][len(episode.turns)] = (text, content is not None)
                     if content is not None:
                         episode.step(DebateAction(role=role, content=content))
                         contexts[j] = extend_context(tokenizer, contexts[j], text,
@@ -189,7 +197,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                         assert episode.role is not None
                         episode.step(DebateAction(role=episode.role, content=FORFEIT_ACTION))
                         forfeited[j] = True
-            for episode, was_forfeited in zip(episodes, forfeited, strict=True):
+            for episode, was_forfeited, texts_by_t in zip(episodes, forfeited, generated, strict=True):
                 grades = {}
                 for turn in episode.turns:
                     if turn.needs_grade:
@@ -198,6 +206,15 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                         grades[turn.t] = Grade(correct, kind, "heldout")
                 record = episode_rewards_data(episode, grades, graded_at=0.0)
                 records.append(EpisodeRewards.model_validate(record))
+                if transcripts is not None:
+                    transcripts.append({
+                        "problem_id": episode.problem.problem_id, "problem": episode.problem.problem,
+                        "gold": episode.problem.answer, "record": records[-1].model_dump(mode="json"),
+                        "turns": [{"t": turn.t, "role": turn.role.value,
+                                   "generated": texts_by_t.get(turn.t, (None, False))[0],
+                                   "valid_call": texts_by_t.get(turn.t, (None, False))[1],
+                                   "content": turn.content, "verdict": turn.verdict, "answer": turn.answer}
+                                  for turn in episode.turns]})
                 reward, first = float(record["episode_reward"]), bool(record["facts"]["first_answer_correct"])
                 rewards.append(reward)
                 first_correct.append(first)

@@ -95,11 +95,11 @@ def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int
         first = evaluate_first_answers(model, tokenizer, source, seeds, k=k, temperature=temperature,
                                        max_rounds=max_rounds, mode=mode, sample_seed=sample_seed,
                                        max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
-    sizes = {"max_new_tokens": max_new_tokens, "batch_size": batch_size}
     greedy = evaluate_episodes(model, tokenizer, source, seeds, max_rounds=max_rounds, mode=mode, play_as=play_as,
-                               **sizes)
+                               max_new_tokens=max_new_tokens, batch_size=batch_size)
     sampled = (evaluate_episodes(model, tokenizer, source, seeds, max_rounds=max_rounds, mode=mode, play_as=play_as,
-                                 k=debate_k, temperature=temperature, sample_seed=sample_seed, **sizes)
+                                 k=debate_k, temperature=temperature, sample_seed=sample_seed,
+                                 max_new_tokens=max_new_tokens, batch_size=batch_size)
                if debate_k else None)
     figures: dict[str, Any] = {
         "n": first.n, "k": k, "debate_k": debate_k, "temperature": temperature,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ from trainer_client.evaluation.heldout import (
 )
 from trainer_client.tiny_models.recipes import LEARNING_WARMUP_SEED_BASE, learning_spec
 from trainer_client.tiny_models.warmup_debates import synthetic_debates
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _call(name: str, arguments: dict[str, str]) -> str:
@@ -130,8 +133,30 @@ def test_whole_debates_agree_with_the_first_answer_path_and_the_servers_rule(tin
     tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
     source, seeds = load_problem_source("gen:single_digit_sum"), heldout_seeds(24, start=700_000)
     first = evaluate_first_answers(model, tokenizer, source, seeds)
-    debates = evaluate_episodes(model, tokenizer, source, seeds, batch_size=10)
+    transcripts: list[dict] = []
+    debates = evaluate_episodes(model, tokenizer, source, seeds, batch_size=10, transcripts=transcripts)
     assert debates.n == 24 and set(debates.episode_rewards) <= {0.0, 1.0}
+    # the transcripts are the debates scored: one per debate, in order, each turn's own text and verdict
+    assert [t["problem_id"] for t in transcripts] == [source.by_seed(s).problem_id for s in seeds]
+    assert [t["record"]["episode_reward"] for t in transcripts] == debates.episode_rewards
+    for transcript in transcripts:
+        for turn in transcript["turns"]:
+            if turn["valid_call"]:
+                assert turn["generated"].startswith("<tool_call>") and turn["content"]
+            if turn["role"] == "verifier":
+                assert turn["verdict"] in (None, "CORRECT", "INCORRECT")
+                assert (turn["verdict"] is None) == (transcript["record"]["turns"][turn["t"]]["error_kind"]
+                                                     == "missing_verdict")
+    # scripts/verifier_audit.py reads them: every verifier turn sorted once, the figures the report's
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("verifier_audit", ROOT / "scripts" / "verifier_audit.py")
+    audit_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(audit_module)
+    audited = audit_module.audit(transcripts, examples=1)
+    assert sum(audited["verifier_turns"].values()) == audited["figures"]["verifier_turns"] > 0
+    assert audited["figures"]["balanced_verdict_accuracy"] == debates.balanced_verdict_accuracy
+    assert audited["reviewed_not_the_previous_turn"] == 0 and audited["polarity_mismatches"] == 0
     assert first.valid_rate == 1.0 and debates.first_answer_correct == [r.correct for r in first.records]
     assert debates.finished_rate >= 0.9
     agree = sum(g == float(c) for g, c in zip(debates.episode_rewards, debates.first_answer_correct, strict=True))
