@@ -46,6 +46,8 @@ TRAIN_FLAGS = {
     "model": "Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning' / 'tiny-sums'",
     "advantage_estimator": "per-role group normalisation (grpo), per role and turn (grpo_turn) or GiGPO step-level "
                            "credit (gigpo)",
+    "verdict_balance": "class-balanced verdict credit: weight each verifier turn's advantage by the inverse frequency "
+                       "of its reviewed answer's class in the batch (batch; RL Tango) or not (none)",
     "eval_steps": "evaluate the policy on validation problems every N steps, logged as eval/... (0: never; "
                   "-o eval.problems=, eval.k= set what it measures)",
 }

@@ -223,6 +223,11 @@ class TrainConfig(_Strict):
             that role's k-th turn, :func:`trainer_client.credit.role_samples.turn_group_values`) or ``gigpo``
             (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`).
         gigpo: GiGPO settings.
+        verdict_balance: ``batch``: class-balanced verdict credit (RL Tango, arXiv 2505.15034):
+            each verifier turn's advantage times ``N / (K · n_c)``, ``n_c`` the batch's verifier
+            turns reviewing an answer of its class (right or wrong), so a verifier shown mostly
+            right answers is not credited mostly for accepting
+            (:mod:`trainer_client.credit.verdict_balance`); ``none``: off.
         channels: further loss channels (:class:`ChannelConfig`), each added as ``weight · loss``.
         reward_function: an optional user reward function over the transcripts.
         shuffle_rewards: the shuffled-reward control of ``mathdebate ablate``: episode rewards
@@ -286,6 +291,7 @@ class TrainConfig(_Strict):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     advantage_estimator: Literal["grpo", "grpo_turn", "gigpo"] = "grpo"
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
+    verdict_balance: Literal["none", "batch"] = "none"
     channels: list[ChannelConfig] = Field(default_factory=list)
     reward_function: RewardFunctionConfig | None = None
     shuffle_rewards: bool = False

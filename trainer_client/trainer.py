@@ -5,20 +5,19 @@ seam to TRL's internals); the maths lives in small modules:
 
 - :meth:`DebateGRPOTrainer.on_completions`: after TRL's tool loop, a debate the rollout left
   open is finished with the rollout's last assistant message (``EpisodeTrace.finish``).
-- :meth:`DebateGRPOTrainer.on_scored_batch` (before TRL shuffles the batch): gathers the
-  graded records (through each environment's ``trace``), the completion segments, which
-  rollouts failed (an endpoint role's request failed for good: dropped from their groups,
-  the pipeline's step 4, counted as ``rollouts/failed``) and, when
-  needed, the policy's verdict probabilities (COMA) and GiGPO's step inputs, and runs the
-  reward pipeline (:mod:`trainer_client.credit.pipeline`: every rewrite of a reward, then
-  shaping, the estimator and the ``(B, T)`` advantages); each loss channel prepares what it
-  needs from the batch (dropped rollouts are not shown to it); the pipeline alone writes the
-  advantages and the loss mask into TRL's batch (judge tokens, tokens of no turn, dropped
-  rollouts, untrained roles and the tokens a channel routes away leave the GRPO loss).
-- :meth:`DebateGRPOTrainer.compute_loss`: ``total = grpo + Σ_i weight_i · loss_i`` over the
-  channels (:mod:`trainer_client.losses.base`): hint distillation (``α``), trace-replay DPO
-  (``β``) and any registered from the config; each term is divided by the gradient-accumulation
-  steps exactly as TRL scales its own loss; what each costs is logged (:mod:`~trainer_client.losses.costs`).
+- :meth:`DebateGRPOTrainer.on_scored_batch` (before TRL shuffles the batch): gathers the graded
+  records (through each environment's ``trace``), the completion segments, which rollouts failed
+  (an endpoint role's request failed for good: dropped from their groups, the pipeline's step 4,
+  counted as ``rollouts/failed``) and, when needed, the policy's verdict probabilities (COMA) and
+  GiGPO's step inputs, and runs the reward pipeline (:mod:`trainer_client.credit.pipeline`: every
+  rewrite of a reward, then shaping, the estimator and the ``(B, T)`` advantages); each loss channel
+  prepares what it needs from the batch (dropped rollouts are not shown to it); the pipeline alone
+  writes the advantages and the loss mask into TRL's batch (judge tokens, tokens of no turn,
+  dropped rollouts, untrained roles and the tokens a channel routes away leave the GRPO loss).
+- :meth:`DebateGRPOTrainer.compute_loss`: ``total = grpo + Σ_i weight_i · loss_i`` over the channels
+  (:mod:`trainer_client.losses.base`): hint distillation (``α``), trace-replay DPO (``β``) and any
+  registered from the config; each term is divided by the gradient-accumulation steps exactly as TRL
+  scales its own loss; what each costs is logged (:mod:`~trainer_client.losses.costs`).
 - Role routing (``policies``, :mod:`trainer_client.policies.routing`): every generation round
   (:meth:`DebateGRPOTrainer.generate_round`) and every per-token log-prob
   (:meth:`DebateGRPOTrainer.token_logps`) goes through the policy of the role whose turn it is;
@@ -83,7 +82,8 @@ class DebateGRPOTrainer(GRPOHooks):
         channels: further :class:`~trainer_client.losses.base.LossChannel` terms.
         advantage_estimator: ``"grpo"`` (per-role group normalisation), ``"grpo_turn"`` (per role
             and turn, :func:`trainer_client.credit.role_samples.turn_group_values`) or ``"gigpo"``.
-        gigpo: GiGPO settings (default: :class:`~trainer_client.credit.gigpo.GiGPOConfig`).
+        gigpo, verdict_balance: GiGPO settings (default: :class:`~trainer_client.credit.gigpo.GiGPOConfig`);
+            ``"none"`` or ``"batch"`` (class-balanced verdict credit, pipeline step 7).
         reward_runner: a :class:`~trainer_client.credit.reward_functions.RewardFunctionRunner`
             scoring every rollout's messages (pipeline step 1; its step outputs give GiGPO's
             step rewards).
@@ -108,7 +108,7 @@ class DebateGRPOTrainer(GRPOHooks):
                  channels: list[LossChannel] | None = None,
                  advantage_estimator: Estimator = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
-                 unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None,
+                 unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None, verdict_balance="none",
                  endpoint: Any = None, reference_solution: Any = None, **kwargs: Any) -> None:
         if advantage_estimator not in ESTIMATORS:
             raise ValueError(f"advantage_estimator must be one of {', '.join(ESTIMATORS)}, got {advantage_estimator!r}")
@@ -118,9 +118,8 @@ class DebateGRPOTrainer(GRPOHooks):
         trace = TraceReplayDPO(self.replay, teacher_pool, pair_store) if self.replay.beta > 0 else None
         super().__init__(*args, **kwargs)
         self.advantage_estimator: Estimator = advantage_estimator
-        self.gigpo = gigpo or GiGPOConfig()
+        self.gigpo, self.verdict_balance, self.shuffle_rewards = gigpo or GiGPOConfig(), verdict_balance, shuffle_rewards
         self.reward_runner, self.reward_use_score, self.ground_truth = reward_runner, reward_use_score, ground_truth
-        self.shuffle_rewards = shuffle_rewards
         self.unfinished_debate_reward = unfinished_debate_reward
         if shuffle_rewards:
             log.info("CONTROL RUN: episode rewards are shuffled within each batch (shuffle_rewards=true)")
@@ -215,8 +214,9 @@ class DebateGRPOTrainer(GRPOHooks):
         result = batch_advantages(  # steps 4-8
             all_records, num_generations, self.shaping_strategy, segments, completion_mask.shape[1], first,
             scale=self.scale_advantages, verifier_accept_probs=accept_probs, estimator=self.advantage_estimator,
-            gigpo=gigpo, failed=all_failed, shuffle_seed=self.args.seed * 1_000_003 + self.state.global_step
-            if self.shuffle_rewards and mode == "train" else None)
+            gigpo=gigpo, failed=all_failed, verdict_balance=self.verdict_balance,
+            shuffle_seed=self.args.seed * 1_000_003 + self.state.global_step if self.shuffle_rewards and mode == "train"
+            else None)
         self._log(result.metrics, mode)
         write_advantages(output, result)  # step 9
         routes = []  # step 9's further masks: the router's, then each channel's

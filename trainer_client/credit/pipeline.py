@@ -27,7 +27,9 @@ calls it in this order and only gathers across processes in between:
    ``role_samples.turn_values``); ``grpo_turn`` per (group, role, that role's k-th turn)
    (``role_samples.turn_group_values``); ``gigpo`` adds a step-level advantage over anchor
    states (``gigpo.gigpo_turn_values``; its step inputs come from ``step_credit.gigpo_steps``).
-   Either way each debate turn gets one advantage; judge turns get 0.
+   Either way each debate turn gets one advantage; judge turns get 0. With
+   ``verdict_balance: batch`` each verifier turn's advantage is then weighted by the inverse
+   frequency of its reviewed answer's class (``verdict_balance.balance_verdict_credit``).
 8. **tokens** (:func:`token_tensors`): each turn's advantage is spread over the tokens of the
    assistant message that produced it (its completion segment); tokens of no trained turn
    (judge, tool output, after the debate) and of dropped rollouts are masked out.
@@ -75,6 +77,7 @@ from trainer_client.credit.role_samples import (
     turn_values,
 )
 from trainer_client.credit.shaping import RewardShapingStrategy
+from trainer_client.credit.verdict_balance import VERDICT_BALANCES, balance_verdict_credit
 from trainer_client.rollout.segments import Segment, owned_segments
 from trainer_client.trl_compat import LOSS_MASK_KEY
 
@@ -293,6 +296,7 @@ def batch_advantages(
     gigpo: GiGPOInputs | None = None,
     shuffle_seed: int | None = None,
     failed: Sequence[bool] | None = None,
+    verdict_balance: str = "none",
 ) -> BatchAdvantages:
     """Advantages and loss mask of this process's rollouts (steps 4-8 of the module docstring).
 
@@ -316,14 +320,20 @@ def batch_advantages(
             ``None``: no shuffling.
         failed: per rollout of ``all_records``, whether its episode failed (step 4; ``None``:
             none did).
+        verdict_balance: ``"batch"``: each verifier turn's advantage weighted by the inverse
+            frequency of its reviewed answer's class in the batch (step 7, after the estimator:
+            :mod:`trainer_client.credit.verdict_balance`); ``"none"``: not.
 
     Returns:
         :class:`BatchAdvantages` with ``B = len(segments)``.
 
     Raises:
         ValueError: a record is missing, lengths disagree, an unknown estimator, or ``gigpo``
-            given for another estimator than ``"gigpo"`` (or missing for it).
+            given for another estimator than ``"gigpo"`` (or missing for it), or an unknown
+            ``verdict_balance``.
     """
+    if verdict_balance not in VERDICT_BALANCES:
+        raise ValueError(f"verdict_balance must be one of {', '.join(VERDICT_BALANCES)}, got {verdict_balance!r}")
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {estimator!r}")
     if (estimator == "gigpo") != (gigpo is not None):
@@ -361,6 +371,9 @@ def batch_advantages(
         sample_advantages = group_normalize(shaped, role_group_keys(samples.roles, samples.group_ids), scale=scale,
                                             eps=GRPO_EPS, singleton="zero").astype(shaped.dtype)
         per_turn_all = turn_values(samples, sample_advantages)
+    if verdict_balance == "batch":  # RL Tango's inverse class frequency on the verifier's turns
+        per_turn_all, balance_metrics = balance_verdict_credit(all_records, per_turn_all, dropped)
+        metrics.update(balance_metrics)
     kept_rows = [k for k, out in enumerate(dropped) if not out]  # a dropped rollout has no credit to judge
     metrics.update(credit_fidelity([all_records[k] for k in kept_rows], [per_turn_all[k] for k in kept_rows]))
     per_turn = per_turn_all[first_rollout:first_rollout + len(segments)]
