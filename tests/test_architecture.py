@@ -188,7 +188,7 @@ def test_server_commands_start_without_the_trainer(command: str) -> None:
 
 
 def test_frame_type_tables_are_derived_from_the_models() -> None:
-    assert set(models.CLIENT_FRAME_TYPES) == {"open", "attach", "reset", "step", "state", "rewards", "close", "ping"}
+    assert set(models.CLIENT_FRAME_TYPES) == {"open", "attach", "reset", "step", "state", "fork", "rewards", "close", "ping"}
     assert set(_PREFIXES) == set(models.SERVER_FRAME_TYPES)
     handlers = MuxConnection.__new__(MuxConnection)
     MuxConnection.__init__(handlers, websocket=None, service=None)  # type: ignore[arg-type]  # only the handler table is read

@@ -347,6 +347,23 @@ class RewardsQuery(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0, le=600)
 
 
+class ForkRequest(BaseModel):
+    """``POST /episodes/{episode_id}/fork`` body (RFC 0007): start at observation ``t``;
+    ``fork_episode_id``: the fork's own episode id (default: a new one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    t: int
+    fork_episode_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class ForkQuery(ForkRequest):
+    """``fork`` request on ``/ws/mux`` (RFC 0007): a new session whose episode starts at
+    observation ``t`` of the session's current episode, or of ``episode_id`` (an earlier,
+    retained episode of the same session)."""
+
+    episode_id: str | None = Field(default=None, min_length=1, max_length=255)
+
+
 class OpenData(BaseModel):
     """``open`` request. ``open_id``: a nonce the client chose (at least 16 characters, e.g.
     128 random bits in hex) that makes a re-sent ``open`` safe: while the session it opened
@@ -383,6 +400,11 @@ class StateFrame(_SessionFrame):
     data: StateQuery = Field(default_factory=StateQuery)
 
 
+class ForkFrame(_SessionFrame):
+    type: Literal["fork"]
+    data: ForkQuery
+
+
 class RewardsFrame(_SessionFrame):
     type: Literal["rewards"]
     data: RewardsQuery = Field(default_factory=RewardsQuery)
@@ -399,7 +421,7 @@ class PingFrame(_Frame):
 
 
 ClientFrame = Annotated[
-    OpenFrame | AttachFrame | ResetFrame | StepFrame | StateFrame | RewardsFrame | CloseFrame | PingFrame,
+    OpenFrame | AttachFrame | ResetFrame | StepFrame | StateFrame | ForkFrame | RewardsFrame | CloseFrame | PingFrame,
     Field(discriminator="type"),
 ]
 """Every frame a client may send on ``/ws/mux`` (discriminated by ``type``)."""
@@ -410,7 +432,8 @@ CLIENT_FRAME_TYPES: tuple[str, ...] = tuple(
 """The ``type`` of every client frame on ``/ws/mux``, derived from :data:`ClientFrame`."""
 
 ServerFrameType = Literal[
-    "opened", "attached", "observation", "state", "replay", "rewards", "closed", "pong", "error", "session_closed"
+    "opened", "attached", "observation", "state", "replay", "forked", "rewards", "closed", "pong", "error",
+    "session_closed"
 ]
 """The ``type`` of every frame the server sends on ``/ws/mux``: replies echo the request's
 ``request_id``; ``rewards`` and ``session_closed`` are also pushed with ``request_id: null``."""
@@ -460,6 +483,16 @@ class WSCloseMessage(BaseModel):
     type: Literal["close"]
 
 
+class WSForkMessage(BaseModel):
+    """This server's ``fork`` extension on ``/ws`` (RFC 0007): ``{"type": "fork", "data": {"t": ...}}``;
+    the connection goes on in the fork (its reply is the fork's observation)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["fork"]
+    data: ForkQuery
+
+
 OPENENV_MESSAGES: dict[str, type[BaseModel]] = {
     "reset": WSResetMessage, "step": WSStepMessage, "state": WSStateMessage, "close": WSCloseMessage,
+    "fork": WSForkMessage,
 }

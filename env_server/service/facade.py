@@ -341,7 +341,7 @@ class DebateService(GradingFinalisation):
         """
         session = self.sessions.get(session_id, owner)
         session.touch()
-        entry = self._entry_for(session, episode_id)
+        entry = self.entry_for(session, episode_id)
         return state_body(t, entry.episode_id, entry.episode.observation_at(t))
 
     def rewards(self, session_id: str, episode_id: str | None = None, owner: Connection | None = None) -> RewardsReply:
@@ -353,7 +353,7 @@ class DebateService(GradingFinalisation):
         """
         session = self.sessions.get(session_id, owner)
         session.touch()
-        return rewards_reply(self._entry_for(session, episode_id))
+        return rewards_reply(self.entry_for(session, episode_id))
 
     def wait_rewards(self, session_id: str, episode_id: str, timeout_s: float,
                      owner: Connection | None = None) -> Awaitable[RewardsReply]:
@@ -363,7 +363,7 @@ class DebateService(GradingFinalisation):
         Raises:
             UnknownSessionError, NoEpisodeError, UnknownEpisodeError: as :meth:`rewards`.
         """
-        entry = self._entry_for(self.sessions.get(session_id, owner), episode_id)
+        entry = self.entry_for(self.sessions.get(session_id, owner), episode_id)
 
         async def when_graded() -> RewardsReply:
             await wait_graded(entry, timeout_s)
@@ -451,7 +451,8 @@ class DebateService(GradingFinalisation):
             raise NoEpisodeError("no episode: send reset first")
         return session.entry
 
-    def _entry_for(self, session: Session, episode_id: str | None) -> EpisodeEntry:
+    def entry_for(self, session: Session, episode_id: str | None) -> EpisodeEntry:
+        """The session's current episode, or ``episode_id`` if this session played it (UnknownEpisodeError)."""
         if episode_id is None:
             return self._current(session)
         entry = self.episodes.get(episode_id)

@@ -35,6 +35,7 @@ from env_server.protocol.models import (
     ClientFrame,
     CloseFrame,
     ErrorCode,
+    ForkFrame,
     OpenFrame,
     PingFrame,
     ResetFrame,
@@ -43,6 +44,7 @@ from env_server.protocol.models import (
     StepFrame,
 )
 from env_server.service.facade import DebateService
+from env_server.service.forks import fork_episode
 
 __all__ = ["MAX_PENDING_FRAMES", "MuxConnection"]
 
@@ -96,7 +98,7 @@ class MuxConnection:
         self._held: dict[str, list[tuple[Any, Any]]] = {}  # session id -> its frames held behind its grading backlog
         self._handlers: dict[str, Callable[[Any], bytes | None]] = {
             "open": self._open, "attach": self._attach, "reset": self._reset, "step": self._step,
-            "state": self._state, "rewards": self._rewards, "close": self._close, "ping": self._ping,
+            "state": self._state, "fork": self._fork, "rewards": self._rewards, "close": self._close, "ping": self._ping,
         }
 
     # ------------------------------------------------------------------ plumbing
@@ -324,6 +326,14 @@ class MuxConnection:
             return encode_frame("state", frame.request_id, frame.session_id, self.service.state(frame.session_id, self))
         body = self.service.state_at(frame.session_id, frame.data.t, frame.data.episode_id, self)
         return encode_frame("replay", frame.request_id, frame.session_id, raw_data=body)
+
+    def _fork(self, frame: ForkFrame) -> bytes:
+        source = self.service.entry_for(self.service.sessions.get(frame.session_id, self), frame.data.episode_id)
+        forked = fork_episode(self.service, source, frame.data.t, "mux", self, frame.data.fork_episode_id)
+        return encode_frame("forked", frame.request_id, frame.session_id, {
+            "session_id": forked.session_id, "resume_token": forked.resume_token,
+            "resume_window_s": forked.resume_window_s, "episode_id": forked.episode_id,
+            "observation": orjson.Fragment(forked.observation)})
 
     def _rewards(self, frame: RewardsFrame) -> bytes | None:
         reply = self.service.rewards(frame.session_id, frame.data.episode_id, self)

@@ -6,7 +6,10 @@ Client ``{"type": "reset"|"step"|"state"|"close", "data": ...}``; server ``obser
 observations carry ``metadata`` (as openenv 0.10 does); the terminal observation carries the
 episode reward after grading; a rejected action's ``VALIDATION_ERROR`` carries its
 ``error_kind``; other refusals are ``EXECUTION_ERROR`` with this server's specific code in
-``reason``; an oversize frame gets ``FRAME_TOO_LARGE``.
+``reason``; an oversize frame gets ``FRAME_TOO_LARGE``; a ``fork`` frame (RFC 0007) forks the
+current episode (or ``episode_id``, an earlier one of the connection) at ``t`` into a new session of
+the connection, which the connection plays from then on (its reply is the fork's observation; the
+original session stays open, unchanged, until the connection closes).
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from env_server.protocol.models import (
     DebateAction,
     ErrorCode,
     ResetRequest,
+    WSForkMessage,
     WSResetMessage,
     WSStateMessage,
     WSStepMessage,
 )
 from env_server.service.facade import DebateService
+from env_server.service.forks import fork_episode
 
 __all__ = ["serve_openenv_ws"]
 
@@ -81,12 +86,13 @@ async def serve_openenv_ws(websocket: WebSocket, service: DebateService) -> None
                                          max_sessions=exc.extra["max_sessions"]).decode())
         await websocket.close(1000)
         return
+    sessions = [session_id]  # the session the connection plays is the last one: a fork moves it on
     try:
         while True:
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
                 break
-            reply = await _handle(message_payload(message), session_id, connection, service)
+            reply = await _handle(message_payload(message), sessions, connection, service)
             if reply is None:
                 break
             await websocket.send_text(reply.decode())
@@ -98,8 +104,11 @@ async def serve_openenv_ws(websocket: WebSocket, service: DebateService) -> None
         await websocket.close(1000)
 
 
-async def _handle(raw: str | bytes, session_id: str, connection: _OpenEnvConnection, service: DebateService) -> bytes | None:
-    """One frame -> its reply; ``None`` for ``close``."""
+async def _handle(raw: str | bytes, sessions: list[str], connection: _OpenEnvConnection,
+                  service: DebateService) -> bytes | None:
+    """One frame -> its reply; ``None`` for ``close``. ``sessions[-1]`` is the session played;
+    a fork appends its own."""
+    session_id = sessions[-1]
     limit = service.config.max_frame_bytes
     if frame_too_large(raw, limit):
         return _error(ErrorCode.FRAME_TOO_LARGE, f"frame exceeds the limit of {limit} bytes", limit=limit)
@@ -124,6 +133,11 @@ async def _handle(raw: str | bytes, session_id: str, connection: _OpenEnvConnect
                 body = service.state_at(session_id, msg.data.t, msg.data.episode_id, connection)
                 return encode_openenv_frame("state", raw_data=body)
             return encode_openenv_frame("state", service.state(session_id, connection))
+        if isinstance(msg, WSForkMessage):
+            source = service.entry_for(service.sessions.get(session_id, connection), msg.data.episode_id)
+            forked = fork_episode(service, source, msg.data.t, "ws", connection, msg.data.fork_episode_id)
+            sessions.append(forked.session_id)
+            return encode_openenv_frame("observation", raw_data=forked.observation)
         return None  # close
     except ValidationError as exc:
         return _error(ErrorCode.VALIDATION_ERROR, "Invalid message", errors=validation_errors(exc))
