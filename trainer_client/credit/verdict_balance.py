@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from env_server.protocol.markers import ErrorKind, Role
 from env_server.protocol.models import EpisodeRewards
+from trainer_client.credit.verdicts import reviewed_verdicts
 
 __all__ = ["VERDICT_BALANCES", "balance_verdict_credit", "verdict_class_weights"]
 
@@ -32,14 +32,7 @@ VERDICT_BALANCES = ("none", "batch")
 
 def _reviewed_classes(record: EpisodeRewards) -> dict[int, bool]:
     """``{t: reviewed answer right}`` for each verifier turn of ``record`` with a known class."""
-    out: dict[int, bool] = {}
-    reviewed: bool | None = None
-    for turn in record.turns:
-        if turn.role is Role.SOLVER:
-            reviewed = bool(turn.correct)
-        elif turn.role is Role.VERIFIER and reviewed is not None and turn.error_kind is not ErrorKind.GRADING_TIMEOUT:
-            out[turn.t] = reviewed
-    return out
+    return {t: right for t, right, _ in reviewed_verdicts(record)}
 
 
 def verdict_class_weights(records: Sequence[EpisodeRewards]) -> dict[bool, float]:

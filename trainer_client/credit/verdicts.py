@@ -25,7 +25,7 @@ from typing import Literal
 from env_server.protocol.markers import ErrorKind, Role
 from env_server.protocol.models import EpisodeRewards
 
-__all__ = ["VerdictFigures", "first_verdict", "verdict_figures", "verifier_step_metrics"]
+__all__ = ["VerdictFigures", "first_verdict", "reviewed_verdicts", "verdict_figures", "verifier_step_metrics"]
 
 Verdict = Literal["accept", "reject", "missing"]
 
@@ -65,21 +65,24 @@ class VerdictFigures:
         return asdict(self)
 
 
-def _verdicts(record: EpisodeRewards) -> list[tuple[bool, Verdict]]:
-    """``(reviewed answer right, verdict)`` of each verifier turn of ``record``, in order."""
-    out: list[tuple[bool, Verdict]] = []
+def reviewed_verdicts(record: EpisodeRewards) -> list[tuple[int, bool, Verdict]]:
+    """``(t, reviewed answer right, verdict)`` of each verifier turn of ``record`` with a known
+    reviewed answer (not ``grading_timeout``), in order (see the module docstring)."""
+    out: list[tuple[int, bool, Verdict]] = []
     reviewed: bool | None = None
     for turn in record.turns:
         if turn.role is Role.SOLVER:
             reviewed = bool(turn.correct)
-        elif turn.role is Role.VERIFIER and reviewed is not None:
-            if turn.error_kind is ErrorKind.GRADING_TIMEOUT:
-                continue
-            if turn.error_kind is ErrorKind.MISSING_VERDICT:
-                out.append((reviewed, "missing"))
-            else:
-                out.append((reviewed, "accept" if bool(turn.correct) == reviewed else "reject"))
+        elif turn.role is Role.VERIFIER and reviewed is not None and turn.error_kind is not ErrorKind.GRADING_TIMEOUT:
+            verdict: Verdict = ("missing" if turn.error_kind is ErrorKind.MISSING_VERDICT
+                                else "accept" if bool(turn.correct) == reviewed else "reject")
+            out.append((turn.t, reviewed, verdict))
     return out
+
+
+def _verdicts(record: EpisodeRewards) -> list[tuple[bool, Verdict]]:
+    """``(reviewed answer right, verdict)`` of each verifier turn of ``record``, in order."""
+    return [(right, verdict) for _, right, verdict in reviewed_verdicts(record)]
 
 
 def first_verdict(record: EpisodeRewards) -> Verdict | None:
