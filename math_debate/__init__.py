@@ -41,6 +41,7 @@ or from Python, :func:`load_environment` (the ``verifiers`` extra installs verif
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -205,7 +206,9 @@ class DebateEnv(vf.Env[DebateEnvConfig]):
             if record is None:
                 raise TimeoutError(f"no graded record for debate {episode_id} within {GRADED_EPISODE_WAIT_S:.0f} s")
         finally:
-            await session.close()
+            # a server gone mid-debate fails close too: the debate's own error is the one to record
+            with contextlib.suppress(ConnectionError, MuxError, OSError):
+                await session.close()
         self._record(played, record)
 
     def _record(self, played: list[tuple[int, vf.Trace]], record: EpisodeRewards) -> None:
