@@ -75,6 +75,8 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
             "debate_before": {key: b.get(key) for key in _DEBATE_FIGURES},
             "debate_after": {key: after.get(key) for key in _DEBATE_FIGURES},
             "rl_seconds": [r.rl_seconds for r in runs],
+            # per seed, the tokens the run's policy sampled in training (the compute arms are compared at)
+            "tokens_sampled": [sum(line.get("tokens/sampled", 0.0) for line in r.curve) for r in runs],
             "steps": [r.steps for r in runs],
             "gold_supervised": any(r.gold_supervised for r in runs),
             "pairs_stored": [r.pairs_stored for r in runs],

@@ -435,6 +435,9 @@ def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wro
     assert probe["problems"] == 6 and {"logp_gain", "accuracy_hinted", "accuracy_unhinted"} <= set(probe)
     for name, arm in summary["arms"].items():
         assert not arm["gold_supervised"] and arm["steps"] == [2] and arm["rl_seconds"][0] > 0
+        # the sampled tokens of the run's two steps, as its metrics logged them
+        [run] = [json.loads(p.read_text())["result"] for p in (out / "runs" / name).glob("seed*/result.json")]
+        assert arm["tokens_sampled"] == [sum(line["tokens/sampled"] for line in run["curve"])] and arm["tokens_sampled"][0] > 0
         [figures] = arm["replay_by_seed"]
         if name in ("baseline", "sdpo"):
             assert figures == {}
