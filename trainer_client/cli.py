@@ -44,8 +44,9 @@ TRAIN_FLAGS = {
     "max_steps": "optimiser steps",
     "output_dir": "metrics, plot, checkpoints and pairs go here",
     "model": "Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning' / 'tiny-sums'",
-    "advantage_estimator": "per-role group normalisation (grpo), per role and turn (grpo_turn) or GiGPO step-level "
-                           "credit (gigpo)",
+    "advantage_estimator": "per-role group normalisation (grpo), per role and turn (grpo_turn), GiGPO step-level "
+                           "credit (gigpo) or grpo plus K actions from one state at the verifier's and revision "
+                           "turns, graded on forks (grpo_state; -o state.branches=, state.continuation=)",
     "verdict_balance": "class-balanced verdict credit: weight each verifier turn's advantage by the inverse frequency "
                        "of its reviewed answer's class in the batch (batch; RL Tango) or not (none)",
     "eval_steps": "evaluate the policy on validation problems every N steps, logged as eval/... (0: never; "

@@ -23,6 +23,7 @@ from trainer_client.credit.shaping import RewardShapingConfig
 from trainer_client.losses.base import channel_class
 from trainer_client.losses.settings import ReplayConfig, SDPOConfig
 from trainer_client.policies.settings import PoliciesConfig
+from trainer_client.rollout.branches import StateSettings
 
 __all__ = [
     "ORACLE_TEACHERS",
@@ -221,8 +222,12 @@ class TrainConfig(_Strict):
         sdpo, replay: the two extra loss channels.
         advantage_estimator: ``grpo`` (group normalisation per role), ``grpo_turn`` (per role and
             that role's k-th turn, :func:`trainer_client.credit.role_samples.turn_group_values`) or ``gigpo``
-            (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`).
+            (episode- plus step-level group advantages, :mod:`trainer_client.credit.gigpo`) or
+            ``grpo_state`` (``grpo``, and at the verifier's and the solver's revision turns ``K``
+            actions sampled from one observation, each graded by the server on a fork, with
+            advantages within that state, AT-GRPO: :mod:`trainer_client.credit.state_groups`).
         gigpo: GiGPO settings.
+        state: ``grpo_state``'s settings (:class:`~trainer_client.rollout.branches.StateSettings`).
         verdict_balance: ``batch``: class-balanced verdict credit (RL Tango, arXiv 2505.15034):
             each verifier turn's advantage times ``N / (K · n_c)``, ``n_c`` the batch's verifier
             turns reviewing an answer of its class (right or wrong), so a verifier shown mostly
@@ -289,8 +294,9 @@ class TrainConfig(_Strict):
     scale_advantages: bool = True
     sdpo: SDPOConfig = Field(default_factory=SDPOConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
-    advantage_estimator: Literal["grpo", "grpo_turn", "gigpo"] = "grpo"
+    advantage_estimator: Literal["grpo", "grpo_turn", "gigpo", "grpo_state"] = "grpo"
     gigpo: GiGPOConfig = Field(default_factory=GiGPOConfig)
+    state: StateSettings = Field(default_factory=StateSettings)
     verdict_balance: Literal["none", "batch"] = "none"
     channels: list[ChannelConfig] = Field(default_factory=list)
     reward_function: RewardFunctionConfig | None = None
@@ -334,6 +340,10 @@ class TrainConfig(_Strict):
         if self.per_device_train_batch_size * self.gradient_accumulation_steps % self.num_generations:
             raise ValueError("per_device_train_batch_size × gradient_accumulation_steps must be a multiple of "
                              "num_generations (TRL groups each prompt's rollouts in one generation batch)")
+        if self.advantage_estimator == "grpo_state" and (self.sdpo.alpha > 0 or self.replay.beta > 0 or self.channels
+                                                         or self.policies.active or self.kl_beta > 0 or self.use_vllm):
+            raise ValueError("advantage_estimator grpo_state trains with TRL's GRPO loss alone for now: it does not "
+                             "combine with loss channels, role policies, kl_beta > 0 or vLLM")
         if self.policies.active and self.use_vllm:
             raise ValueError("policies: role routing runs on Hugging Face generation (use_vllm: false); per-request "
                              "LoRA with vLLM is not wired yet")

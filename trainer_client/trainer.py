@@ -35,7 +35,7 @@ from accelerate.utils import gather_object
 
 from env_server.protocol.models import EpisodeRewards
 from trainer_client.credit.debate_metrics import debate_metrics, scored_only, unfinished_rate, without_dropped
-from trainer_client.credit.gigpo import GiGPOConfig, GiGPOInputs
+from trainer_client.credit.gigpo import GiGPOConfig
 from trainer_client.credit.pipeline import (
     ESTIMATORS,
     Estimator,
@@ -49,7 +49,8 @@ from trainer_client.credit.pipeline import (
 from trainer_client.credit.role_samples import announce_strategy
 from trainer_client.credit.shaping import RewardShapingStrategy, get_strategy
 from trainer_client.credit.shaping.base import VERIFIER_ACCEPT_PROB
-from trainer_client.credit.step_credit import gigpo_steps
+from trainer_client.credit.state_groups import state_credit
+from trainer_client.credit.step_credit import gathered_gigpo_inputs
 from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch
 from trainer_client.losses.costs import ChannelCosts
 from trainer_client.losses.hint_distillation import SDPOHintDistillation
@@ -58,7 +59,8 @@ from trainer_client.losses.trace_replay import TraceReplayDPO
 from trainer_client.model.verdict_probs import verdict_accept_probs
 from trainer_client.policies.routing import ROUTES, RoleRouter
 from trainer_client.policies.settings import PoliciesConfig
-from trainer_client.rollout.segments import Segment, completion_segments
+from trainer_client.rollout.branches import StateBrancher, StateSettings
+from trainer_client.rollout.segments import completion_segments
 from trainer_client.trl_compat import GRPOHooks, capture_body_forward
 
 __all__ = ["DebateGRPOTrainer"]
@@ -81,9 +83,11 @@ class DebateGRPOTrainer(GRPOHooks):
         teacher_pool, pair_store: trace replay's teachers and pairs; required when ``replay.beta > 0``.
         channels: further :class:`~trainer_client.losses.base.LossChannel` terms.
         advantage_estimator: ``"grpo"`` (per-role group normalisation), ``"grpo_turn"`` (per role
-            and turn, :func:`trainer_client.credit.role_samples.turn_group_values`) or ``"gigpo"``.
-        gigpo, verdict_balance: GiGPO settings (default: :class:`~trainer_client.credit.gigpo.GiGPOConfig`);
-            ``"none"`` or ``"batch"`` (class-balanced verdict credit, pipeline step 7).
+            and turn, :func:`trainer_client.credit.role_samples.turn_group_values`), ``"gigpo"`` or
+            ``"grpo_state"`` (``grpo``, and ``K`` actions from one state at branched turns, each
+            trained with its within-state advantage: :mod:`trainer_client.rollout.branches`).
+        gigpo, state, verdict_balance: GiGPO's and ``grpo_state``'s settings; ``"none"`` or
+            ``"batch"`` (class-balanced verdict credit, pipeline step 7).
         reward_runner: a :class:`~trainer_client.credit.reward_functions.RewardFunctionRunner`
             scoring every rollout's messages (pipeline step 1; its step outputs give GiGPO's
             step rewards).
@@ -106,7 +110,8 @@ class DebateGRPOTrainer(GRPOHooks):
                  sdpo: SDPOConfig | None = None, replay: ReplayConfig | None = None,
                  hints: dict[str, str] | None = None, teacher_pool: Any = None, pair_store: Any = None,
                  channels: list[LossChannel] | None = None,
-                 advantage_estimator: Estimator = "grpo", gigpo: GiGPOConfig | None = None, reward_runner: Any = None,
+                 advantage_estimator: Estimator = "grpo", gigpo: GiGPOConfig | None = None,
+                 state: StateSettings | None = None, reward_runner: Any = None,
                  reward_use_score: bool = True, ground_truth: Any = None, shuffle_rewards: bool = False,
                  unfinished_debate_reward: float | None = 0.0, policies: PoliciesConfig | None = None, verdict_balance="none",
                  endpoint: Any = None, reference_solution: Any = None, **kwargs: Any) -> None:
@@ -128,8 +133,11 @@ class DebateGRPOTrainer(GRPOHooks):
         self.scale_advantages = scale_advantages
         self.hint_distillation, self.trace_replay = hint, trace
         self.channels: list[LossChannel] = [c for c in (hint, trace) if c is not None] + list(channels or [])
-        self.role_router = (RoleRouter(policies, self.accelerator.unwrap_model, endpoint)
-                            if policies is not None and policies.active else None)
+        self.role_router = RoleRouter(policies, self.accelerator.unwrap_model, endpoint) if policies and policies.active else None
+        self.brancher = (StateBrancher(state or StateSettings(), self.parse_turn, self.sampling_temperature,
+                                       self.max_completion_length) if advantage_estimator == "grpo_state" else None)
+        if self.brancher is not None and (self.channels or self.role_router is not None):
+            raise ValueError("grpo_state does not combine with loss channels or role policies yet")
         if endpoint is not None:  # endpoint turns are written in the chat template TRL renders with
             assert isinstance(self.chat_template_kwargs, dict), "TrainingArguments parses chat_template_kwargs"
             endpoint.bind(self.processing_class, chat_template=self.chat_template, **self.chat_template_kwargs)
@@ -148,10 +156,12 @@ class DebateGRPOTrainer(GRPOHooks):
     # ------------------------------------------------------------------ role routing
 
     def on_generation_start(self) -> None:
-        if self.role_router is not None:
-            self.role_router.start_rollouts()
+        for part in (p for p in (self.role_router, self.brancher) if p is not None):
+            part.start_rollouts()
 
     def generate_round(self, prompt_ids: list[list[int]], generate: Any) -> tuple[list[list[int]], Any]:
+        if self.brancher is not None:  # grpo_state: K actions from each branched turn's state
+            return self.brancher.generate_round(prompt_ids, self.batch_environments() or [], generate)
         if self.role_router is None:
             return generate(prompt_ids)
         environments = self.batch_environments()
@@ -200,16 +210,21 @@ class DebateGRPOTrainer(GRPOHooks):
         failed = [k in (self.role_router.failed_rows if self.role_router else {}) for k in range(len(environments))]
         self._log(unfinished_rate(unfinished, failed), mode)  # a failed rollout's forfeits are not the policy's
         model_tokens = (completion_mask * trl_loss_mask(output)).tolist()
-        self._log({"tokens/sampled": float(sum(map(sum, model_tokens)))}, mode)  # the model's own tokens, per step
+        branch_tokens = self.brancher.extra_tokens if self.brancher else 0  # grpo_state's branches not continued
+        self._log({"tokens/sampled": float(sum(map(sum, model_tokens)) + branch_tokens)}, mode)  # sampled, per step
         segments = [completion_segments(messages, env.trace.turns, tokens)
                     for messages, env, tokens in zip(self._batch_completions, environments, model_tokens, strict=True)]
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         assert num_generations is not None, "GRPOConfig resolves num_generations(_eval)"
         all_records = gather_object(records)  # step 3; groups are contiguous, as TRL lays them out
         all_failed = gather_object(failed)  # logged as rollouts/failed, 0 without endpoint roles
-        accept_probs = (self._verdict_probs(output, segments)
-                        if VERIFIER_ACCEPT_PROB in self.shaping_strategy.extra_columns else None)
-        gigpo = self._gigpo_inputs(records, environments, results) if self.advantage_estimator == "gigpo" else None
+        accept_probs = (list(gather_object(verdict_accept_probs(  # COMA's π(CORRECT) at each first verdict (no grad)
+            self.accelerator.unwrap_model(self.model), self.processing_class, output["prompt_ids"], output["completion_ids"],
+            segments, prompt_mask=output["prompt_mask"]))) if VERIFIER_ACCEPT_PROB in self.shaping_strategy.extra_columns
+            else None)
+        gigpo, unaligned = (gathered_gigpo_inputs(records, [env.trace.turns for env in environments], self._batch_completions,
+                            results, self.gigpo, gather_object) if self.advantage_estimator == "gigpo" else (None, 0))
+        self._log({"reward_function/unaligned_step_outputs": float(unaligned)} if gigpo and results is not None else {}, mode)
         first = self.accelerator.process_index * len(records)
         result = batch_advantages(  # steps 4-8
             all_records, num_generations, self.shaping_strategy, segments, completion_mask.shape[1], first,
@@ -233,6 +248,11 @@ class DebateGRPOTrainer(GRPOHooks):
                 routes.append(routed)
             self._log(self.costs.timed(channel.cost_name, channel.batch_metrics), mode)
         write_loss_mask(output, result, routes, gather=self.accelerator.gather)  # step 9
+        if self.brancher is not None:  # every branch's tokens into TRL's batch, with its within-state advantage
+            self._log(state_credit(
+                output, self.brancher.groups, records, segments, result.dropped[first:first + len(records)],
+                scale=self.scale_advantages, verdict_balance=self.verdict_balance, logps=self.sampling_logps,
+                gather=self.accelerator.gather, multiple_of=self.args.steps_per_generation, pad_token_id=self._tokenizer.pad_token_id), mode)
         samples, shaped, scored = scored_only(result.samples, result.shaped, all_records, all_failed)
         if scored:  # a failed rollout's reward is not the policy's
             self._log(debate_metrics(samples, shaped, scored, segments), mode)
@@ -241,26 +261,6 @@ class DebateGRPOTrainer(GRPOHooks):
     def _log(self, metrics: dict[str, float], mode: str) -> None:
         for name, value in metrics.items():
             self.log_metric(name, value, mode)
-
-    def _verdict_probs(self, output: dict[str, Any], segments: list[list[Segment] | None]) -> list[float | None]:
-        """Per rollout of the gathered batch, the policy's π(CORRECT) at its first verdict
-        (:func:`~trainer_client.model.verdict_probs.verdict_accept_probs`: one no-grad forward
-        over this process's verdict sites), for strategies that read ``verifier_accept_prob`` (COMA)."""
-        local = verdict_accept_probs(self.accelerator.unwrap_model(self.model), self.processing_class,
-                                     output["prompt_ids"], output["completion_ids"], segments,
-                                     prompt_mask=output["prompt_mask"])
-        return list(gather_object(local))
-
-    def _gigpo_inputs(self, records: list[EpisodeRewards], environments: list[Any], results: Any) -> GiGPOInputs:
-        """GiGPO's inputs for the gathered batch, with the configured settings."""
-        local, unaligned = gigpo_steps(records, [env.trace.turns for env in environments], self._batch_completions,
-                                       results, self.gigpo.step_reward_default, self.gigpo.gamma)
-        if results is not None:
-            self.log_metric("reward_function/unaligned_step_outputs", float(unaligned))
-        gathered = gather_object(local)
-        return GiGPOInputs([rewards for rewards, _ in gathered], [observations for _, observations in gathered],
-                           omega=self.gigpo.omega, gamma=self.gigpo.gamma, mode=self.gigpo.mode,
-                           similarity_threshold=self.gigpo.similarity_threshold)
 
     # ------------------------------------------------------------------ loss
 

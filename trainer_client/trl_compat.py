@@ -251,6 +251,45 @@ class GRPOHooks(GRPOTrainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, figures)
         return figures
 
+    def parse_turn(self, completion_ids: list[int], prefix_ids: list[int]) -> dict[str, Any]:
+        """A generated turn as TRL's tool loop reads it (trl 1.16: ``parse_response(self._tokenizer,
+        ids, prefix=..., tools=self._env_tools[None])`` with one environment factory): an
+        assistant message, its ``tool_calls`` parsed when the template has a response schema;
+        else the decoded text as ``content``, as TRL decodes it then."""
+        from trl.chat_template_utils import parse_response
+
+        tokenizer = self._tokenizer
+        if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+            return {"role": "assistant", "content": self.processing_class.decode(completion_ids, skip_special_tokens=True)}
+        tools = self._env_tools[None] if self.environment_factories is not None else self.tools
+        return parse_response(tokenizer, completion_ids, prefix=prefix_ids, tools=tools)
+
+    @contextmanager
+    def sampling_temperature(self, temperature: float) -> Iterator[None]:
+        """TRL's generation samples at ``temperature`` inside (trl 1.16: Hugging Face generation
+        reads ``self.generation_config.temperature``, vLLM ``self.vllm_generation.temperature``)."""
+        holders = [self.generation_config] if getattr(self, "generation_config", None) is not None else []
+        holders += [self.vllm_generation] if self.use_vllm else []
+        saved = [h.temperature for h in holders]
+        try:
+            for holder in holders:
+                holder.temperature = temperature
+            yield  # restored below even when generation fails
+        finally:
+            for holder, value in zip(holders, saved, strict=True):
+                holder.temperature = value
+
+    def sampling_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``(N, T)`` per-token log-probs of ``batch``'s completions under the current policy,
+        no gradient, as trl 1.16 computes ``old_per_token_logps`` (``_get_per_token_logps_and_entropies``
+        over prompt + completion, ``logits_to_keep = T``)."""
+        with torch.no_grad():
+            logps, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+                torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1), batch["completion_ids"].size(1),
+                self.args.per_device_train_batch_size)[:2]
+        return logps
+
     def batch_environments(self) -> list[Any] | None:
         """This batch's ``environment_factory`` instances, one per rollout (``None`` before the
         first batch; trl 1.16 declares ``environments`` as ``None`` and fills it in

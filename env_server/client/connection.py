@@ -337,6 +337,10 @@ class MuxClient:
         await self.connect()
         await self._ws.send(text)
 
+    def adopt_session(self, session: MuxSession) -> None:
+        """Track a session this connection was given (a ``fork``'s): re-attached after a reconnect."""
+        self._sessions[session.session_id] = session
+
     def forget_session(self, session_id: str) -> None:
         """Stop tracking a closed session (it is not re-attached after a reconnect)."""
         self._sessions.pop(session_id, None)

@@ -95,6 +95,8 @@ class SessionTransport(Protocol):
 
     def forget_session(self, session_id: str) -> None: ...
 
+    def adopt_session(self, session: MuxSession) -> None: ...
+
 
 class MuxSession:
     """A session on a ``MuxClient`` (any :class:`SessionTransport`). Create with ``client.open_session()``."""
@@ -176,6 +178,33 @@ class MuxSession:
         result = StepResult.from_payload(frame["data"], payload_bytes(raw))
         self.next_t = max(self.next_t, result.observation.t)
         return result
+
+    async def fork(self, t: int, episode_id: str | None = None,
+                   fork_episode_id: str | None = None) -> tuple[MuxSession, StepResult]:
+        """A new session whose episode starts at observation ``t`` of this session's current
+        episode (or of ``episode_id``, an earlier retained one), RFC 0007. This session is not
+        touched; the fork is owned by this connection (re-attached after a reconnect like any
+        session) and is closed with its own :meth:`close`.
+
+        Returns:
+            ``(fork, result)``: the fork's session and its first observation (``state(t)`` of
+            the original but for ``episode_id``), with ``fork.next_t == t``.
+
+        Raises:
+            MuxError: ``UNKNOWN_EPISODE``, ``OUT_OF_RANGE`` (``t`` past the episode),
+                ``CAPACITY_REACHED``; nothing is created then.
+            SessionLostError: this session is gone from the server.
+        """
+        data = {k: v for k, v in {"t": t, "episode_id": episode_id, "fork_episode_id": fork_episode_id}.items()
+                if v is not None}
+        frame, raw = await self._call("fork", data)
+        payload = payload_bytes(raw)
+        start = payload.index(b'"observation":') + len(b'"observation":')
+        result = StepResult.from_payload(frame["data"]["observation"], payload[start:-1])
+        fork = MuxSession(self.client, frame["data"]["session_id"], frame["data"]["resume_token"])
+        fork.episode_id, fork.next_t = result.observation.episode_id, result.observation.t
+        self.client.adopt_session(fork)
+        return fork, result
 
     async def state(self, t: int | None = None, episode_id: str | None = None) -> dict[str, Any]:
         """The current state, or with ``t`` ``{"t", "episode_id", "observation"}`` where

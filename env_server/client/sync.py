@@ -91,6 +91,12 @@ class SyncMuxSession:
     def state(self, t: int | None = None, episode_id: str | None = None) -> dict[str, Any]:
         return self._runner.run(self._session.state(t, episode_id))
 
+    def fork(self, t: int, episode_id: str | None = None,
+             fork_episode_id: str | None = None) -> tuple[SyncMuxSession, StepResult]:
+        """:meth:`MuxSession.fork`, blocking: ``(the fork's session, its first observation)``."""
+        fork, result = self._runner.run(self._session.fork(t, episode_id, fork_episode_id))
+        return SyncMuxSession(fork, self._runner), result
+
     def rewards(self, episode_id: str | None = None, wait: bool = True,
                 timeout_s: float = DEFAULT_REWARDS_TIMEOUT_S) -> EpisodeRewards | None:
         return self._runner.run(self._session.rewards(episode_id, wait, timeout_s))

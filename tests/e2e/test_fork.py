@@ -147,3 +147,31 @@ def test_a_fork_survives_kill_9_and_reattaches(tmp_path) -> None:
         reply = mux.request("step", forked["session_id"], {"role": "verifier", "content": "VERDICT: CORRECT"})
         assert reply["type"] == "observation" and reply["data"]["observation"]["t"] == 2
         mux.close()
+
+
+def test_the_client_forks_a_session_and_plays_the_fork() -> None:
+    """``SyncMuxSession.fork``: the fork starts at the original's ``state(t)``, steps from there
+    with its own ``t``, is graded, and leaves the original where it was; a ``t`` past the episode
+    is the server's ``OUT_OF_RANGE`` and the session goes on."""
+    from env_server.client import MuxError, SyncMuxClient
+
+    with running_server(["--grading-workers", "1"]) as url, SyncMuxClient(url) as client:
+        session = client.open_session()
+        session.reset(problem_id=PROBLEM.problem_id, max_rounds=1)
+        session.step("solver", WRONG)
+        fork, first = session.fork(1)
+        assert first.observation.role.value == "verifier" and first.observation.t == 1
+        assert first.observation.episode_id == fork.episode_id != session.episode_id
+        for role, content in (("verifier", "VERDICT: INCORRECT"), ("judge", RIGHT)):
+            fork.step(role, content)
+        record = fork.rewards(wait=True, timeout_s=30)
+        assert record is not None and [t.correct for t in record.turns] == [False, True, True]
+        assert session.state()["step_count"] == 1  # the original is where it was
+        try:
+            session.fork(5)
+        except MuxError as exc:
+            assert exc.code == "OUT_OF_RANGE"
+        else:
+            raise AssertionError("a fork past the episode was accepted")
+        assert session.step("verifier", "VERDICT: CORRECT").observation.t == 2
+        fork.close()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -335,3 +336,60 @@ def test_coma_gets_the_policys_verdict_probabilities(server_url, tiny_model_dir,
     probs = [p for batch in seen for p in batch]
     assert probs and all(p is None or 0.0 < p < 1.0 for p in probs)
     assert any(p is not None for p in probs), "no verdict probability reached the strategy"
+
+
+def test_grpo_state_trains_every_branch_with_its_within_state_advantage(server_url, tiny_model_dir, tmp_path,
+                                                                        monkeypatch) -> None:
+    """``advantage_estimator: grpo_state`` against the live server: each verifier turn gets K
+    actions from its one observation, each graded by the server on a fork (the continued one
+    gets the grade the real episode gave the same action); every action the rollout did not
+    continue with is a row of TRL's batch carrying AT-GRPO's within-state advantage on its own
+    tokens, the continued one's advantage is on the rollout's turn; branch tokens count as sampled."""
+    import trainer_client.trainer as trainer_module
+    from trainer_client.rollout.branches import StateSettings
+
+    seen = []
+    original = trainer_module.state_credit
+
+    def recording(output, groups, records, segments, dropped, **kwargs):
+        rows = len(output["completion_ids"])
+        before = output["num_items_in_batch"].item()
+        metrics = original(output, groups, records, segments, dropped, **kwargs)
+        seen.append((list(groups), list(records), list(segments), rows, before,
+                     {k: v.clone() if hasattr(v, "clone") else v for k, v in output.items()}, metrics))
+        return metrics
+
+    monkeypatch.setattr(trainer_module, "state_credit", recording)
+    lines = train(server_url, tiny_model_dir, tmp_path / "state", "baseline", steps=1, advantage_estimator="grpo_state",
+                  state=StateSettings(branches=3), max_rounds=1)
+    assert [line["step"] for line in lines] == [1] and len(seen) == 1
+    groups, records, segments, rows, before, output, metrics = seen[0]
+    assert groups and all(len(g.branches) == 3 and g.role.value == "verifier" for g in groups)
+    assert all(b.reward is not None for g in groups for b in g.branches)  # the server graded every branch
+    for g in groups:  # the fork's grade of the continued action is the real episode's grade of it
+        (own,) = [b for b in g.branches if b.continued]
+        (turn,) = [t for t in records[g.row].turns if t.t == g.t]
+        assert own.reward == turn.reward
+    appended = [(g, b, (b.reward - np.mean([x.reward for x in g.branches]))
+                 / (np.std([x.reward for x in g.branches], ddof=1) + 1e-4))
+                for g in groups for b in g.branches if not b.continued]
+    assert metrics["credit/state_rows_appended"] >= len(appended) and len(output["completion_ids"]) == rows + int(
+        metrics["credit/state_rows_appended"])
+    loss_tokens = 0
+    for k, (g, b, advantage) in enumerate(appended):
+        row = rows + k
+        mask = output["tool_mask"][row].bool()
+        assert output["completion_ids"][row][mask].tolist() == list(b.completion_ids)  # the action, in the loss
+        assert output["advantages"][row][mask].tolist() == pytest.approx([advantage] * len(b.completion_ids), abs=1e-5)
+        loss_tokens += len(b.completion_ids)
+    assert output["num_items_in_batch"].item() == before + loss_tokens
+    for g in groups:  # the continued action's advantage is on the rollout's own turn
+        (own,) = [(b, i) for i, b in enumerate(g.branches) if b.continued]
+        (segment,) = [s for s in segments[g.row] if s.owner and s.owner.produced and s.owner.t == g.t]
+        rewards = [x.reward for x in g.branches]
+        expected = (own[0].reward - np.mean(rewards)) / (np.std(rewards, ddof=1) + 1e-4)
+        assert output["advantages"][g.row, segment.start:segment.end].tolist() == pytest.approx(
+            [expected] * (segment.end - segment.start), abs=1e-5)
+    line = lines[0]
+    assert line["credit/state_groups"] == len(groups) and 0 <= line["credit/state_groups_nonzero"] <= 1
+    assert line["tokens/sampled"] >= loss_tokens

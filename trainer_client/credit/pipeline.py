@@ -2,8 +2,9 @@
 advantages and loss mask, top to bottom, in one module.
 
 This module is the only code that writes the advantages or the loss mask into TRL's batch
-(:func:`write_advantages`, :func:`write_loss_mask`; ``tests/trainer_client/credit/test_pipeline.py`` checks that no
-other module assigns them). The trainer's TRL hook (``DebateGRPOTrainer.on_scored_batch``)
+(:func:`write_advantages`, :func:`write_loss_mask`), but for step 10 of ``grpo_state``
+(``state_groups.write_state_credit``); ``tests/trainer_client/credit/test_pipeline.py`` checks that
+no other module assigns them. The trainer's TRL hook (``DebateGRPOTrainer.on_scored_batch``)
 calls it in this order and only gathers across processes in between:
 
 1. **user reward function** (:func:`user_rewards`, applied by :func:`rescored_records`): where
@@ -37,6 +38,9 @@ calls it in this order and only gathers across processes in between:
    prepare; then the loss mask is TRL's (``tool_mask``) × step 8's × the role router's
    (untrained roles' tokens) × each loss channel's route (tokens a channel takes away from the
    GRPO term), and ``num_items_in_batch`` counts what is left (:func:`write_loss_mask`).
+10. **state groups** (``grpo_state`` only, ``state_groups.state_credit``): the actions sampled
+   from one state get AT-GRPO's within-state advantages: the continued one on its rollout's turn,
+   the others as rows appended to the batch.
 
 The data forms on the way (six): the graded ``EpisodeRewards`` records, each rollout's
 completion ``Segment`` list, the ``RoleSamples`` (one per rollout and role), the ``(N,)``
@@ -90,9 +94,10 @@ __all__ = ["ESTIMATORS", "MIN_SCORED_PER_GROUP", "BatchAdvantages", "DroppedRoll
 
 log = logging.getLogger(__name__)
 
-Estimator = Literal["grpo", "grpo_turn", "gigpo"]
-#: The advantage estimators of step 7.
-ESTIMATORS: tuple[str, ...] = ("grpo", "grpo_turn", "gigpo")
+Estimator = Literal["grpo", "grpo_turn", "gigpo", "grpo_state"]
+#: The advantage estimators of step 7 (``grpo_state`` is ``grpo`` here; its state groups come after
+#: step 9, :mod:`trainer_client.credit.state_groups`).
+ESTIMATORS: tuple[str, ...] = ("grpo", "grpo_turn", "gigpo", "grpo_state")
 
 
 # --------------------------------------------------------------------------- steps 1-2 (this process)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from env_server.protocol.models import EpisodeRewards
-from trainer_client.credit.gigpo import discounted_returns
+from trainer_client.credit.gigpo import GiGPOConfig, GiGPOInputs, discounted_returns
 from trainer_client.credit.reward_functions import EvaluateResult, StepData
 from trainer_client.credit.step_alignment import StepAlignmentWarning, align_step_rewards, fill_default
 from trainer_client.rollout.segments import segment_turns
@@ -45,6 +45,7 @@ __all__ = [
     "UNANSWERED_CALL",
     "RolloutSteps",
     "assistant_turn_indices",
+    "gathered_gigpo_inputs",
     "gigpo_steps",
     "rollout_steps",
     "step_rewards",
@@ -224,3 +225,17 @@ def gigpo_steps(records: Sequence[EpisodeRewards], turn_logs: Sequence[Sequence[
         log.warning("%d/%d rollouts: step outputs ignored, no assistant message index could be placed (%s)",
                     len(unmatched), len(records), unmatched[0])
     return local, unaligned
+
+
+def gathered_gigpo_inputs(records: Sequence[EpisodeRewards], turn_logs: Sequence[Sequence[Any]],
+                          completions: Sequence[Sequence[dict[str, Any]] | None], user_results: Sequence[Any] | None,
+                          config: GiGPOConfig, gather: Any) -> tuple[GiGPOInputs, int]:
+    """GiGPO's inputs for the gathered batch (:func:`gigpo_steps` of this process's rollouts,
+    gathered with ``gather``, accelerate's ``gather_object``) with ``config``'s settings, and
+    the number of user step outputs that could not be aligned with a turn."""
+    local, unaligned = gigpo_steps(records, turn_logs, completions, user_results, config.step_reward_default,
+                                   config.gamma)
+    gathered = gather(local)
+    return GiGPOInputs([rewards for rewards, _ in gathered], [observations for _, observations in gathered],
+                       omega=config.omega, gamma=config.gamma, mode=config.mode,
+                       similarity_threshold=config.similarity_threshold), unaligned

@@ -36,12 +36,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 from env_server.client import GRADED_EPISODE_WAIT_S, MuxError, SessionLostError, StepResult, SyncMuxSession
 from env_server.client.replicas import SyncReplicaPool, parse_urls
 from env_server.protocol.markers import Role
-from env_server.protocol.models import DebateObservation, EpisodeRewards
+from env_server.protocol.models import DebateObservation, EpisodeRewards, TurnReward
 from trainer_client.rollout.sessions import SessionLedger
 from trainer_client.rollout.tools import (
     _FORFEIT,
@@ -99,7 +100,7 @@ class DebateEnvironment:
         self._trace = EpisodeTrace(TraceHandles(
             turns=lambda: self._turns, observation=lambda: self._observation, done=lambda: self._done,
             record=lambda: self._record, finish=self._finish, wait_record=self._wait_record, state_at=self._state_at,
-            close=self._close_session))
+            close=self._close_session, grade_branches=self._grade_branches))
 
     @property
     def trace(self) -> EpisodeTrace:
@@ -195,6 +196,45 @@ class DebateEnvironment:
             self._send(self._observation.role, last_message, "fallback")
         while self._observation.role is not None:
             self._send(self._observation.role, _FORFEIT, "forfeit")
+
+    def _grade_branches(self, actions: Sequence[str]) -> list[TurnReward | None]:
+        """Each action played as the current turn on its own fork of the session, at once: the
+        fork steps with the action (a text the server rejects is the forfeit placeholder, as
+        :meth:`_send`), forfeits the turns after it, is graded, and is closed; the server's grade
+        of that turn is returned, ``None`` when the branch failed (a refused fork, a lost
+        server: logged). The episode is not touched."""
+        observation = self._observation
+        if observation is None or observation.role is None:
+            raise RuntimeError("no turn is due: reset() was never called or the debate is over")
+        t, role = observation.t, observation.role
+        session = self._with_session(lambda session: session)
+
+        def grade(action: str) -> TurnReward | None:
+            fork = None
+            try:
+                fork, result = session.fork(t)
+                try:
+                    result = fork.step(role, action)
+                except MuxError as exc:
+                    if exc.code != "INVALID_ACTION":
+                        raise
+                    result = fork.step(role, _FORFEIT)
+                while result.observation.role is not None:
+                    result = fork.step(result.observation.role, _FORFEIT)
+                record = fork.rewards(wait=True, timeout_s=self._rewards_timeout_s)
+                return next((turn for turn in record.turns if turn.t == t), None) if record is not None else None
+            except (MuxError, ConnectionError, SessionLostError, TimeoutError) as exc:
+                log.warning("branch of episode %s at t=%d not graded: %s", observation.episode_id, t, exc)
+                return None
+            finally:
+                if fork is not None:
+                    try:
+                        fork.close()
+                    except (MuxError, ConnectionError, SessionLostError) as exc:
+                        log.info("fork %s: %s while closing it", fork.session_id, exc)
+
+        with ThreadPoolExecutor(max_workers=max(1, len(actions)), thread_name_prefix="branch") as pool:
+            return list(pool.map(grade, actions))
 
     def _close_session(self) -> None:
         """Close this environment's session (written closed in the ledger, when there is one)."""

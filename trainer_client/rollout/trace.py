@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from env_server.protocol.markers import Role
-from env_server.protocol.models import DebateObservation, EpisodeRewards
+from env_server.protocol.models import DebateObservation, EpisodeRewards, TurnReward
 
 __all__ = ["EpisodeTrace", "TraceHandles", "TurnLog"]
 
@@ -49,6 +49,7 @@ class TraceHandles:
     wait_record: Callable[[], EpisodeRewards]
     state_at: Callable[[int], DebateObservation]
     close: Callable[[], None] = lambda: None
+    grade_branches: Callable[[Sequence[str]], list[TurnReward | None]] | None = None
 
 
 class EpisodeTrace:
@@ -111,6 +112,18 @@ class EpisodeTrace:
             MuxError: ``t`` out of range, or the episode expired on the server.
         """
         return self._handles.state_at(t)
+
+    def grade_branches(self, actions: Sequence[str]) -> list[TurnReward | None]:
+        """Play each of ``actions`` as the current turn on a fork of the session (RFC 0007) and
+        return the server's grade of that turn (``None`` for a branch that could not be graded);
+        the episode itself is not touched. See ``DebateEnvironment``'s ``_grade_branches``.
+
+        Raises:
+            NotImplementedError: the environment cannot fork.
+        """
+        if self._handles.grade_branches is None:
+            raise NotImplementedError("this environment cannot fork its session")
+        return self._handles.grade_branches(actions)
 
     def close(self) -> None:
         """Close the environment's session on the server now (a harness session's end), rather

@@ -295,6 +295,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         pair_store=pair_store,
         advantage_estimator=config.advantage_estimator,
         gigpo=config.gigpo,
+        state=config.state,
         verdict_balance=config.verdict_balance,
         reward_runner=reward_runner,
         reward_use_score=config.reward_function.use_score if config.reward_function else True,

@@ -13,6 +13,7 @@ from trainer_client.trl_compat import LOSS_MASK_KEY
 
 ROOT = Path(__file__).resolve().parents[3] / "trainer_client"
 PIPELINE = ROOT / "credit" / "pipeline.py"
+STATE_GROUPS = ROOT / "credit" / "state_groups.py"  # step 10, grpo_state's rows
 #: The keys of TRL's batch that hold what the loss weighs each token by (trl 1.16).
 LOSS_INPUT_KEYS = {"advantages", LOSS_MASK_KEY, "num_items_in_batch"}
 
@@ -48,9 +49,10 @@ def loss_input_writes(source: str) -> list[int]:
 
 def test_no_module_but_the_pipeline_writes_the_advantages_or_the_loss_mask() -> None:
     writers = {str(path.relative_to(ROOT.parent)): loss_input_writes(path.read_text())
-               for path in ROOT.rglob("*.py") if path != PIPELINE}
+               for path in ROOT.rglob("*.py") if path not in (PIPELINE, STATE_GROUPS)}
     assert {path: lines for path, lines in writers.items() if lines} == {}
     assert len(loss_input_writes(PIPELINE.read_text())) == 3  # advantages, the loss mask, num_items_in_batch
+    assert len(loss_input_writes(STATE_GROUPS.read_text())) == 2  # the continued turn's advantage, num_items_in_batch
 
 
 @pytest.mark.parametrize("snippet", [

@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM
 from env_server.protocol.markers import Role
 from trainer_client.config import SDPOConfig, load_config
 from trainer_client.policies.adapters import adapter_parameters, attach_adapters, optimizer_groups, use_route
-from trainer_client.policies.routing import ROUTES, RoleRouter, RowTracker
+from trainer_client.policies.routing import ROUTES, RoleRouter
+from trainer_client.rollout.rows import RowTracker
 from trainer_client.trainer import DebateGRPOTrainer
 
 POLICIES = {"policies.solver.adapter": "solver", "policies.verifier.adapter": "verifier", "policies.judge.frozen": True,
