@@ -49,6 +49,15 @@ class HintProbe:
         right_broken: share of right unhinted answers wrong with the hint (``None``: not template hints).
         style: the hints' style (``"template"``, ``"localised"``, ``"reference"``).
         restate: whether the hint message ended with the solver's instructions.
+        per_site: one dict per error site: ``problem_id``, the ``answer`` it gave unhinted and
+            ``hinted_answer``, whether that one is ``hinted_right``, the correct turn's
+            ``tokens`` and its per-token log-probability under the student (``student_logp``,
+            no hint) and the teacher (``teacher_logp``, hinted) and ``teacher_advantage``
+            (teacher minus student, nats per token); and at the **right token**, the first
+            token of the correct turn that is not the student's greedy choice there (where the
+            student leaves the right path), ``right_token`` and the same three figures
+            (``..._right_token``; ``None`` when the student's greedy choice follows the correct
+            turn throughout). Left out of :meth:`summary`.
     """
 
     problems: int
@@ -62,10 +71,13 @@ class HintProbe:
     right_broken: float | None = None
     style: str = "template"
     restate: bool = False
+    per_site: tuple[dict[str, Any], ...] = ()
 
     def summary(self) -> dict[str, Any]:
-        """The figures as a JSON-ready dict."""
-        return asdict(self)
+        """The figures as a JSON-ready dict (without ``per_site``)."""
+        out = asdict(self)
+        out.pop("per_site")
+        return out
 
 
 def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *, key: str = "solver/wrong_answer",
@@ -89,6 +101,7 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
         ValueError: no seeds, an unknown ``style``, or a chat template that is not prefix-preserving.
     """
     import torch
+    from trl.trainer.utils import selective_log_softmax
 
     from env_server.debate.error_sites import localised_hint
     from env_server.protocol.markers import HINT_TEMPLATES, ErrorKind, Role
@@ -128,6 +141,8 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
     was_training = model.training
     model.train(False)
     try:
+        hinted_answers: dict[int, str | None] = {}
+
         def answers(prompts: list[list[int]], asked: list[Any]) -> list[tuple[bool, str | None]]:
             texts = []
             for i in range(0, len(prompts), batch_size):
@@ -153,9 +168,9 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
         hinted = [plain[i] if text is None else with_hint(plain[i], text) for i, text in enumerate(texts)]
         shown = [i for i, text in enumerate(texts) if text is not None]
         right_hinted = list(right_plain)
-        for i, (ok, _) in zip(shown, answers([hinted[i] for i in shown], [problems[i] for i in shown]), strict=True):
-            right_hinted[i] = ok
-        gains = []
+        for i, (ok, said) in zip(shown, answers([hinted[i] for i in shown], [problems[i] for i in shown]), strict=True):
+            right_hinted[i], hinted_answers[i] = ok, said
+        gains, per_site = [], []
         device = next(model.parameters()).device
         for i in range(0, len(sites), batch_size):
             chunk = sites[i:i + batch_size]
@@ -166,13 +181,32 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
                 rendered = tool_call_response_ids(tokenizer, message, chat_template=template,
                                                   eos_token_id=tokenizer.eos_token_id)
                 correct.append(as_policy_writes(tokenizer, rendered, []))  # as a policy that does not reason
-            logps = []
+            logps, token_logps = [], []
             for contexts in ([plain[j] for j in chunk], [hinted[j] for j in chunk]):
                 batch = pack_responses(contexts, correct, tokenizer.pad_token_id, device)
                 with torch.no_grad():
-                    logps.append(sequence_logps(response_logits(model, batch), batch.labels, batch.mask))
+                    logits = response_logits(model, batch)
+                    logps.append(sequence_logps(logits, batch.labels, batch.mask))
+                    token_logps.append(selective_log_softmax(logits, batch.labels))
+                    if not token_logps[1:]:  # the student's: where it leaves the right turn first
+                        off = batch.mask & (logits.argmax(-1) != batch.labels)
+                        first = [int(row.nonzero()[0]) if row.any() else None for row in off]
+                        labels = batch.labels
             lengths = torch.tensor([len(c) for c in correct], dtype=logps[0].dtype, device=device)
             gains += ((logps[1] - logps[0]) / lengths).tolist()
+            for k, j in enumerate(chunk):
+                at = first[k]
+                student, teacher = (None, None) if at is None else (float(token_logps[0][k, at]),
+                                                                    float(token_logps[1][k, at]))
+                per_site.append({
+                    "problem_id": problems[j].problem_id, "answer": unhinted[j][1],
+                    "hinted_answer": hinted_answers.get(j), "hinted_right": right_hinted[j],
+                    "tokens": len(correct[k]), "student_logp": float(logps[0][k] / lengths[k]),
+                    "teacher_logp": float(logps[1][k] / lengths[k]),
+                    "teacher_advantage": float((logps[1][k] - logps[0][k]) / lengths[k]),
+                    "right_token": None if at is None else tokenizer.decode([int(labels[k, at])]),
+                    "student_logp_right_token": student, "teacher_logp_right_token": teacher,
+                    "teacher_advantage_right_token": None if at is None else teacher - student})
     finally:
         model.train(was_training)
     right = [i for i, ok in enumerate(right_plain) if ok]
@@ -184,4 +218,4 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
                      sites_fixed=sum(right_hinted[i] for i in sites) / len(sites) if sites else 0.0,
                      right_broken=None if style != "template" else (sum(not right_hinted[i] for i in right) / len(right)
                                                           if right else 0.0),
-                     style=style, restate=restate)
+                     style=style, restate=restate, per_site=tuple(per_site))

@@ -123,13 +123,24 @@ def test_the_probe_compares_hinted_and_unhinted_turns_at_the_error_sites(tiny_le
     message = tool_call_message(Role.SOLVER, problem.solution)
     correct = as_policy_writes(tokenizer, tool_call_response_ids(tokenizer, message, chat_template=template,
                                                                  eos_token_id=tokenizer.eos_token_id), [])
-    per_token = []
+    per_token, at_token = [], []
     for context in (plain, hinted):
         batch = pack_responses([context], [correct], tokenizer.pad_token_id)
         with torch.no_grad():
-            per_token.append(sequence_logps(response_logits(model, batch), batch.labels, batch.mask).item() / len(correct))
+            logits = response_logits(model, batch)
+        per_token.append(sequence_logps(logits, batch.labels, batch.mask).item() / len(correct))
+        steps = torch.log_softmax(logits[0].float(), -1)[batch.mask[0]]  # the correct turn's positions, in order
+        if not at_token:  # where the student's greedy choice first leaves the correct turn
+            where = next(i for i, (row, right) in enumerate(zip(steps, correct, strict=True)) if int(row.argmax()) != right)
+        at_token.append(float(steps[where, correct[where]]))
     single = probe_hints(model, tokenizer, source, [int(problem.problem_id.rsplit("/", 1)[1])], max_new_tokens=96)
     assert single.sites == 1 and single.logp_gain == pytest.approx(per_token[1] - per_token[0], abs=1e-4)
+    (site,) = single.per_site  # the per-site figures (scripts/hint_probe.py): the same, and at the right token
+    assert site["teacher_advantage"] == pytest.approx(per_token[1] - per_token[0], abs=1e-4)
+    assert site["right_token"] == tokenizer.decode([correct[where]])
+    assert site["student_logp_right_token"] == pytest.approx(at_token[0], abs=1e-4)
+    assert site["teacher_advantage_right_token"] == pytest.approx(at_token[1] - at_token[0], abs=1e-4)
+    assert "per_site" not in single.summary() and len(probe.per_site) == probe.sites
     # the trainer's default hints (localised where the family can, restated): only the sites are hinted
     default = probe_hints(model, tokenizer, source, seeds, max_new_tokens=96, style="localised", restate=True)
     assert default.sites == probe.sites and default.right_broken is None
@@ -169,3 +180,23 @@ def test_a_hint_following_warm_up_makes_the_hinted_policy_better_at_error_sites(
     assert trained.logp_gain > 0.02 and trained.share_higher >= 0.8
     assert trained.accuracy_hinted >= trained.accuracy_unhinted
     assert control.logp_gain < -1.0 and control.share_higher <= 0.2
+
+
+def test_the_hint_probe_command_writes_each_error_site(tmp_path) -> None:
+    """``scripts/hint_probe.py``: the probe's figures on the screen, one JSON line per error site."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "sites.jsonl"
+    script = Path(__file__).resolve().parents[3] / "scripts" / "hint_probe.py"
+    done = subprocess.run([sys.executable, str(script), "tiny-sums", "--n", "6", "--max-new-tokens", "48",
+                           "--style", "localised", "--restate", "--out", str(out)], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout[:done.stdout.index("\n}") + 2])
+    sites = [json.loads(line) for line in out.read_text().splitlines()]
+    assert figures["problems"] == 6 and len(sites) == figures["sites"] > 0
+    assert all(s["problem_id"].startswith("gen/two_digit_sum/") and s["tokens"] > 0 for s in sites)
+    assert sum(s["teacher_advantage"] for s in sites) / len(sites) == pytest.approx(figures["logp_gain"], abs=1e-6)
