@@ -135,7 +135,7 @@ class DebateGRPOTrainer(GRPOHooks):
         self.channels: list[LossChannel] = [c for c in (hint, trace) if c is not None] + list(channels or [])
         self.role_router = RoleRouter(policies, self.accelerator.unwrap_model, endpoint) if policies and policies.active else None
         self.brancher = (StateBrancher(state or StateSettings(), self.parse_turn, self.sampling_temperature,
-                                       self.max_completion_length) if advantage_estimator == "grpo_state" else None)
+                                       self.max_completion_length or 0) if advantage_estimator == "grpo_state" else None)
         if self.brancher is not None and (self.channels or self.role_router is not None):
             raise ValueError("grpo_state does not combine with loss channels or role policies yet")
         if endpoint is not None:  # endpoint turns are written in the chat template TRL renders with
@@ -249,10 +249,10 @@ class DebateGRPOTrainer(GRPOHooks):
             self._log(self.costs.timed(channel.cost_name, channel.batch_metrics), mode)
         write_loss_mask(output, result, routes, gather=self.accelerator.gather)  # step 9
         if self.brancher is not None:  # every branch's tokens into TRL's batch, with its within-state advantage
-            self._log(state_credit(
-                output, self.brancher.groups, records, segments, result.dropped[first:first + len(records)],
-                scale=self.scale_advantages, verdict_balance=self.verdict_balance, logps=self.sampling_logps,
-                gather=self.accelerator.gather, multiple_of=self.args.steps_per_generation, pad_token_id=self._tokenizer.pad_token_id), mode)
+            dropped, pad = result.dropped[first:first + len(records)], self._tokenizer.pad_token_id
+            self._log(state_credit(output, self.brancher.groups, records, segments, dropped, scale=self.scale_advantages,
+                                   verdict_balance=self.verdict_balance, logps=self.sampling_logps, pad_token_id=pad,
+                                   gather=self.accelerator.gather, multiple_of=self.args.steps_per_generation), mode)  # type: ignore[attr-defined]  # GRPOConfig's
         samples, shaped, scored = scored_only(result.samples, result.shaped, all_records, all_failed)
         if scored:  # a failed rollout's reward is not the policy's
             self._log(debate_metrics(samples, shaped, scored, segments), mode)

@@ -260,15 +260,15 @@ class GRPOHooks(GRPOTrainer):
 
         tokenizer = self._tokenizer
         if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-            return {"role": "assistant", "content": self.processing_class.decode(completion_ids, skip_special_tokens=True)}
-        tools = self._env_tools[None] if self.environment_factories is not None else self.tools
+            return {"role": "assistant", "content": tokenizer.decode(completion_ids, skip_special_tokens=True)}
+        tools: Any = self._env_tools[None] if self.environment_factories is not None else self.tools
         return parse_response(tokenizer, completion_ids, prefix=prefix_ids, tools=tools)
 
     @contextmanager
     def sampling_temperature(self, temperature: float) -> Iterator[None]:
         """TRL's generation samples at ``temperature`` inside (trl 1.16: Hugging Face generation
         reads ``self.generation_config.temperature``, vLLM ``self.vllm_generation.temperature``)."""
-        holders = [self.generation_config] if getattr(self, "generation_config", None) is not None else []
+        holders: list[Any] = [self.generation_config] if getattr(self, "generation_config", None) is not None else []
         holders += [self.vllm_generation] if self.use_vllm else []
         saved = [h.temperature for h in holders]
         try:

@@ -376,7 +376,7 @@ def test_grpo_state_trains_every_branch_with_its_within_state_advantage(server_u
     assert metrics["credit/state_rows_appended"] >= len(appended) and len(output["completion_ids"]) == rows + int(
         metrics["credit/state_rows_appended"])
     loss_tokens = 0
-    for k, (g, b, advantage) in enumerate(appended):
+    for k, (_, b, advantage) in enumerate(appended):
         row = rows + k
         mask = output["tool_mask"][row].bool()
         assert output["completion_ids"][row][mask].tolist() == list(b.completion_ids)  # the action, in the loss

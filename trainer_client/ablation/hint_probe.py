@@ -196,8 +196,8 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
             gains += ((logps[1] - logps[0]) / lengths).tolist()
             for k, j in enumerate(chunk):
                 at = first[k]
-                student, teacher = (None, None) if at is None else (float(token_logps[0][k, at]),
-                                                                    float(token_logps[1][k, at]))
+                student: float | None = None if at is None else float(token_logps[0][k, at])
+                teacher: float | None = None if at is None else float(token_logps[1][k, at])
                 per_site.append({
                     "problem_id": problems[j].problem_id, "answer": unhinted[j][1],
                     "hinted_answer": hinted_answers.get(j), "hinted_right": right_hinted[j],
@@ -206,7 +206,7 @@ def probe_hints(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int], *
                     "teacher_advantage": float((logps[1][k] - logps[0][k]) / lengths[k]),
                     "right_token": None if at is None else tokenizer.decode([int(labels[k, at])]),
                     "student_logp_right_token": student, "teacher_logp_right_token": teacher,
-                    "teacher_advantage_right_token": None if at is None else teacher - student})
+                    "teacher_advantage_right_token": None if student is None or teacher is None else teacher - student})
     finally:
         model.train(was_training)
     right = [i for i, ok in enumerate(right_plain) if ok]
