@@ -138,16 +138,20 @@ def test_an_endpoint_plays_the_judge_in_training_episodes(server_url, tiny_model
         {k: v for k, v in expected.items() if k != "eval/seconds"}
 
 
-def test_train_writes_one_adapter_per_role_and_eval_plays_them(server_url, tiny_model_dir, tmp_path) -> None:
+def test_train_writes_one_adapter_per_role_trained_in_phases_and_eval_plays_them(server_url, tiny_model_dir, tmp_path) -> None:
     (tmp_path / "tiny-model").symlink_to(tiny_model_dir, target_is_directory=True)  # `--model tiny`, the suite's build
     out = tmp_path / "run"
     command = [sys.executable, "-m", "trainer_client.cli", "train", "--model", "tiny", "--max-steps", "3",
                "--env-url", server_url, "--output-dir", str(out), *ADAPTERS, "-o", "per_device_train_batch_size=4",
-               "-o", "num_generations=4", "-o", "max_completion_length=256", "-o", "learning_rate=1e-3"]
+               "-o", "num_generations=4", "-o", "max_completion_length=256", "-o", "learning_rate=1e-3",
+               # the adapters train in turn; the 3 steps are all in the verifier's first phase
+               "-o", "policies.phases.steps=3", "-o", "policies.phases.order=[verifier,solver]"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     final = out / "final"
+    # the phase callback runs in the real Trainer loop (what a pause does to a real AdamW step: test_phases.py)
+    assert [line["policies/phase"] for line in read_metrics(out / "metrics.jsonl")] == [0.0, 0.0, 0.0]
     # each adapter under its role's name, loadable with PEFT alone (its base read from adapter_config.json)
     from peft import AutoPeftModelForCausalLM
 

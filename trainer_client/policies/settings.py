@@ -9,6 +9,7 @@ existed (no section at all is exactly the shared policy: one set of weights, eve
       solver: {adapter: solver, learning_rate: 1e-4}
       verifier: {adapter: verifier}
       judge: {frozen: true}                   # or {endpoint: "openai:http://host:8001/v1#model"}
+      phases: {steps: 25, order: [verifier, solver]}   # optional: adapters train in turn
 
 Routes (:meth:`PoliciesConfig.route`): ``adapter:NAME`` (the role's LoRA adapter on the base,
 trained), ``frozen`` (the base with every adapter off, never trained), ``endpoint`` (an
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from env_server.protocol.markers import Role
 
-__all__ = ["ENDPOINT_KINDS", "LoraSettings", "PoliciesConfig", "RolePolicy", "Route", "parse_endpoint"]
+__all__ = ["ENDPOINT_KINDS", "LoraSettings", "PhaseSchedule", "PoliciesConfig", "RolePolicy", "Route", "parse_endpoint"]
 
 #: The endpoint spec kinds, as ``mathdebate eval`` names them: ``openai:`` sends the role's chat
 #: as the server built it, ``openai-tools:`` the tool-call layout of a model trained here.
@@ -119,18 +120,48 @@ class RolePolicy(_Strict):
         return self
 
 
+class PhaseSchedule(_Strict):
+    """Adapters trained in turn: optimizer steps ``[0, steps)`` update only the adapter of
+    ``order[0]``'s role, ``[steps, 2·steps)`` only ``order[1]``'s, and so on, cycling through
+    ``order``; every role still plays its turns with its own adapter in every step. A verifier phase
+    is then a critic trained against a generator held fixed (CTRL, arXiv 2502.03492), a solver
+    phase the converse.
+
+    Attributes:
+        steps: optimizer steps per phase (``≥ 1``).
+        order: the role whose adapter each phase trains (at least two entries; a role may recur,
+            e.g. ``[verifier, verifier, solver]`` for two verifier phases per solver phase).
+    """
+
+    steps: int = Field(ge=1)
+    order: list[Role] = Field(min_length=2)
+
+    def role_at(self, step: int) -> Role:
+        """The role whose adapter optimizer step ``step`` (0-based) trains.
+
+        Raises:
+            ValueError: ``step < 0``.
+        """
+        if step < 0:
+            raise ValueError(f"step {step} < 0")
+        return self.order[(step // self.steps) % len(self.order)]
+
+
 class PoliciesConfig(_Strict):
     """Per-role policies (see the module docstring).
 
     Attributes:
         solver, verifier, judge: each role's :class:`RolePolicy`, or ``None`` (the base policy).
         lora: the LoRA settings of every adapter without its own.
+        phases: train the adapters in turn (:class:`PhaseSchedule`); ``None``: every adapter at
+            every step.
     """
 
     solver: RolePolicy | None = None
     verifier: RolePolicy | None = None
     judge: RolePolicy | None = None
     lora: LoraSettings = Field(default_factory=LoraSettings)
+    phases: PhaseSchedule | None = None
 
     @field_validator("judge")
     @classmethod
@@ -152,7 +183,29 @@ class PoliciesConfig(_Strict):
             if len(own) > 1:
                 raise ValueError(f"adapter {name!r} is shared by {', '.join(r.value for r in self.adapter_roles(name))} "
                                  "with different learning_rate or lora settings")
+        if self.phases is not None:
+            self._check_phases(self.phases)
         return self
+
+    def _check_phases(self, phases: PhaseSchedule) -> None:
+        routes = [self.route(role) for role in phases.order]
+        bare = [role.value for role, route in zip(phases.order, routes, strict=True) if not route.startswith("adapter:")]
+        if bare:
+            raise ValueError(f"phases.order names {', '.join(bare)}, which has no adapter (a phase trains a role's "
+                             "adapter)")
+        named = {route.removeprefix("adapter:") for route in routes}
+        if len(named) < 2:
+            raise ValueError("phases.order trains one adapter only: give roles with different adapters")
+        if missing := [name for name in self.adapters if name not in named]:
+            raise ValueError(f"adapter {', '.join(map(repr, missing))} is in no phase of phases.order and would never "
+                             "train")
+
+    def phase_adapter(self, step: int) -> str | None:
+        """The adapter optimizer step ``step`` trains under ``phases``; ``None`` without phases
+        (every adapter trains)."""
+        if self.phases is None:
+            return None
+        return self.route(self.phases.role_at(step)).removeprefix("adapter:")
 
     def entry(self, role: Role) -> RolePolicy | None:
         """The role's entry, ``None`` without one."""

@@ -12,6 +12,7 @@ from typing import Any
 from env_server.protocol.markers import Role
 from trainer_client.policies.adapters import attach_adapters, optimizer_groups
 from trainer_client.policies.endpoint import EndpointPlayer
+from trainer_client.policies.phases import PhaseCallback
 
 __all__ = ["PolicySetup", "setup_policies"]
 
@@ -25,11 +26,14 @@ class PolicySetup:
         trainer_kwargs: ``policies``, ``endpoint`` and ``optimizers`` for the trainer (empty
             without a ``policies`` section: the trainer is exactly as before).
         endpoint: the endpoint player, if a role has an endpoint.
+        callbacks: trainer callbacks the policies need (:class:`~trainer_client.policies.phases.
+            PhaseCallback` under ``policies.phases``), to go before the metrics file's callback.
     """
 
     model: Any
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
     endpoint: EndpointPlayer | None = None
+    callbacks: list[Any] = field(default_factory=list)
 
     def close(self) -> None:
         """Close the endpoint clients."""
@@ -58,6 +62,7 @@ def setup_policies(config: Any, model: Any, args: Any) -> PolicySetup:
     if not policies.active:
         return PolicySetup(model)
     kwargs: dict[str, Any] = {"policies": policies}
+    callbacks: list[Any] = []
     if policies.adapters:
         local = Path(str(getattr(model, "name_or_path", "") or ""))
         model = attach_adapters(model, policies)
@@ -65,12 +70,14 @@ def setup_policies(config: Any, model: Any, args: Any) -> PolicySetup:
             for peft_config in model.peft_config.values():
                 peft_config.base_model_name_or_path = str(local.resolve())
         groups = optimizer_groups(model, policies, config.learning_rate, args.weight_decay)
-        kwargs["optimizers"] = (torch.optim.AdamW(groups, betas=(args.adam_beta1, args.adam_beta2),
-                                                  eps=args.adam_epsilon), None)
+        optimizer = torch.optim.AdamW(groups, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+        kwargs["optimizers"] = (optimizer, None)
         args.ddp_find_unused_parameters = False
+        if policies.phases is not None:
+            callbacks.append(PhaseCallback(policies, optimizer))
     specs = {role: entry.endpoint for role in Role if (entry := policies.entry(role)) is not None and entry.endpoint}
     endpoint = None
     if specs:
         endpoint = EndpointPlayer(specs, temperature=config.temperature, max_tokens=config.max_completion_length)
         kwargs["endpoint"] = endpoint
-    return PolicySetup(model, kwargs, endpoint)
+    return PolicySetup(model, kwargs, endpoint, callbacks)

@@ -285,7 +285,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
         processing_class=tokenizer,
         environment_factory=environment_factory(config.env_url, token, config.max_rounds, config.rewards_timeout_s,
                                                 config.mode, ledger=ledger),
-        callbacks=[_metrics_callback(output_dir / "metrics.jsonl", record, resume), *callbacks],
+        callbacks=[*policies.callbacks, _metrics_callback(output_dir / "metrics.jsonl", record, resume), *callbacks],
         shaping_strategy=create_strategy_from_config(config.reward_shaping),
         scale_advantages=config.scale_advantages,
         sdpo=config.sdpo,
