@@ -22,7 +22,9 @@ class SDPOConfig(BaseModel):
             ``β·KL(T‖M) + (1−β)·KL(S‖M)``, ``M = β·T + (1−β)·S``; 0.5: symmetric). The endpoints
             are the KLs, as both backends compute them: 0 is the forward ``KL(T‖S)`` (cross-entropy
             to the teacher, whose gradient on a confidently wrong student does not vanish as the
-            JSD's does), 1 the reverse ``KL(S‖T)``.
+            JSD's does), 1 the reverse ``KL(S‖T)``. It is TRL's SDPO ``distillation_alpha``
+            (``trl.experimental.sdpo.loss_utils.compute_divergence``, TRL 1.16): equal to 1e-6 at
+            0, 0.5 and 1 (tested).
         temperature: softmax temperature of both distributions.
         token_clip: cap on each token's divergence, nats (``None``: no cap).
         max_sites_per_batch: most error sites distilled per micro-batch (the rest are skipped).

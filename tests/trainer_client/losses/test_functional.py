@@ -42,6 +42,27 @@ def test_per_token_divergence_matches_the_definition(beta: float) -> None:
     assert got[1].item() == pytest.approx(0.0, abs=1e-7)  # equal distributions: no divergence
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_our_divergence_is_trls_sdpo_divergence_with_alpha_equal_to_jsd_beta(alpha: float) -> None:
+    """TRL 1.16's ``trl.experimental.sdpo.loss_utils.compute_divergence(student_log_probs,
+    teacher_log_probs, alpha)`` (SDPO's ``distillation_alpha``) is our ``per_token_jsd`` with
+    ``sdpo.jsd_beta = alpha``: 0 the forward ``KL(T‖S)``, 1 the reverse ``KL(S‖T)``, 0.5 the
+    symmetric generalized JSD (the seed's form), at temperature 1."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from trl.experimental.sdpo.loss_utils import compute_divergence
+
+    generator = torch.Generator().manual_seed(0)
+    student, teacher = (torch.randn(3, 5, 11, generator=generator, dtype=torch.float64) * 2 for _ in range(2))
+    ours = per_token_jsd(student, teacher, beta=alpha)
+    trls = compute_divergence(torch.log_softmax(student, -1), torch.log_softmax(teacher, -1), alpha)
+    assert ours.shape == trls.shape == (3, 5)
+    assert torch.allclose(ours, trls, atol=1e-6, rtol=0), (ours - trls).abs().max()
+    assert SDPOConfig().jsd_beta == 0.5  # the default stays the symmetric form
+
+
 def test_masked_mean_and_token_clip() -> None:
     student, teacher = torch.tensor([STUDENT, STUDENT]), torch.tensor([TEACHER, TEACHER])
     per_token = per_token_jsd(student, teacher)
