@@ -19,24 +19,38 @@ of a micro-batch in one batch. The divergence is computed from both sides' hidde
 block of tokens at a time (:func:`~trainer_client.losses.functional.chunked_jsd_loss`): the
 sites' ``(tokens, V)`` logits never exist whole, which at a 151,936-token vocabulary is what
 decided the channel's memory.
+
+The teacher is the live policy by default; ``sdpo.teacher_model_kind`` makes it the initial
+policy (``base``) or an exponential moving average of the policy (``ema``), as TRL 1.16's SDPO
+names them, and ``sdpo.use_successful_as_teacher`` adds a successful sibling rollout's action to
+the hint (SDPO's reprompt, arXiv 2601.20802). A teacher other than the live policy runs its own
+forward over the hinted context (its keys and values are not the GRPO forward's).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
-from transformers import PreTrainedTokenizerBase, ProcessorMixin
+from accelerate.utils import is_peft_model
+from transformers import PreTrainedTokenizerBase, ProcessorMixin, TrainerCallback
 
 from env_server.protocol.markers import Role
 from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch, register_channel
 from trainer_client.losses.functional import chunked_jsd_loss, masked_jsd_loss
-from trainer_client.losses.settings import SDPOConfig
+from trainer_client.losses.settings import SUCCESSFUL_TEMPLATE, SDPOConfig
 from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
-from trainer_client.trl_compat import CapturedForward
+from trainer_client.rollout.branches import reply_action
+from trainer_client.rollout.tools import FORFEIT_ACTION
+from trainer_client.trl_compat import CapturedForward, reference_adapter, restore_class_forward
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SDPOConfig", "SDPOHintDistillation", "chat_delta", "hint_message_ids", "reference_hint"]
 
@@ -136,11 +150,46 @@ class SDPOHintDistillation(LossChannel):
         # the sites' own hint texts, most recent last; bounded, as every restated hint is new
         self._site_hints: OrderedDict[str, str] = OrderedDict()
         self._hint_ids: dict[str, list[int]] = {}
+        #: the teacher's own weights (``base`` and ``ema`` without adapters); ``None``: the policy's
+        self.teacher_model: torch.nn.Module | None = None
+        self._sibling_hints = 0  # sites whose hint shows a successful sibling's action, this batch
 
     def bind(self, trainer: Any) -> None:
-        """Keep the trainer's processor, chat template and accelerator; tokenise the generation prompt."""
+        """Keep the trainer's processor, chat template and accelerator; tokenise the generation
+        prompt; make the teacher's weights for ``teacher_model_kind`` ``base`` / ``ema``.
+
+        Raises:
+            ValueError: ``ema`` with LoRA adapters (an EMA of adapters is not wired).
+        """
         self.trainer = trainer
         self._gen_prompt_ids = self._chat_delta([{"role": "user", "content": "x"}], [], generation_prompt=True)
+        kind = self.config.teacher_model_kind
+        if kind == "live" or self.config.alpha == 0:
+            return
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        if is_peft_model(unwrapped):
+            if kind == "ema":
+                raise ValueError("sdpo.teacher_model_kind 'ema' is not wired with LoRA adapters; use 'base' (the "
+                                 "adapters off) or 'live'")
+            return  # base: the PEFT model with its adapters off
+        self.teacher_model = copy.deepcopy(unwrapped)  # the policy at step 0
+        restore_class_forward(self.teacher_model)
+        self.teacher_model.requires_grad_(False)
+        self.teacher_model.train(False)
+        if kind == "ema":
+            trainer.add_callback(_EMATeacherCallback(self))
+
+    @contextmanager
+    def teacher(self, model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+        """The teacher's model (no gradient): ``model`` itself for ``live``; for ``base``
+        under adapters ``model`` with them off; else the teacher's own copy."""
+        if self.teacher_model is not None:
+            yield self.teacher_model
+        elif self.config.teacher_model_kind == "base":
+            with reference_adapter(model):
+                yield model
+        else:
+            yield model
 
     # ------------------------------------------------------------------ the batch
 
@@ -156,14 +205,23 @@ class SDPOHintDistillation(LossChannel):
         """
         out = []
         environments = batch.environments or [None] * len(batch.records)
-        for record, segs, environment in zip(batch.records, batch.segments, environments, strict=True):
+        self._sibling_hints = 0
+        for row, (record, segs, environment) in enumerate(zip(batch.records, batch.segments, environments, strict=True)):
             sites = []
+            if self.config.failed_only and record.episode_reward >= 1:
+                segs = None  # a rollout that ended right: its erring turns are left to GRPO
             for seg in segs or []:
                 if seg.owner is None or not seg.owner.produced or seg.owner.role not in self.roles:
                     continue
                 turn = record.turns[seg.owner.t]
                 if turn.error_kind is not None and turn.hint_template_key in self.hints and seg.end > seg.start:
                     hint = self._hint_text(record, turn)
+                    sibling = self.successful_sibling(batch, row, turn.role, turn.t) \
+                        if self.config.use_successful_as_teacher else None
+                    if sibling is not None:
+                        self._sibling_hints += 1
+                        shown = SUCCESSFUL_TEMPLATE.format(solution=sibling)
+                        hint = f"{hint or self.hints[turn.hint_template_key]}\n\n{shown}"
                     if self.config.restate:
                         instructions = _instructions(environment, seg.owner.t)
                         if instructions is not None:
@@ -178,6 +236,39 @@ class SDPOHintDistillation(LossChannel):
             for start, end, _ in sites:
                 routed[row, start:end] = 0
         return routed
+
+    def successful_sibling(self, batch: ScoredBatch, row: int, role: Role, t: int) -> str | None:
+        """The action of another rollout of ``row``'s group (TRL's ``num_generations``
+        consecutive rollouts of one prompt, on this process) whose turn ``t`` was ``role``'s with
+        reward 1, as the environment submitted it (:func:`~trainer_client.rollout.branches.
+        reply_action` of the turn's tokens parsed as TRL's tool loop parses them); the first such
+        rollout in row order, ``None`` without one. Groups split across processes see only this
+        process's part."""
+        trainer = self.trainer
+        size = trainer.num_generations if batch.mode == "train" else trainer.num_generations_eval
+        first = trainer.accelerator.process_index * len(batch.records)
+        group = (first + row) // size
+        output = batch.output
+        for other, record in enumerate(batch.records):
+            if other == row or (first + other) // size != group:
+                continue
+            turns = [turn for turn in record.turns if turn.t == t and turn.role == role and turn.reward >= 1]
+            segment = next((seg for seg in batch.segments[other] or [] if seg.owner is not None and seg.owner.produced
+                            and seg.owner.t == t), None)
+            if not turns or segment is None:
+                continue
+            prompt = output["prompt_ids"][other][output["prompt_mask"][other].bool()].tolist()
+            ids = output["completion_ids"][other]
+            message = trainer.parse_turn(ids[segment.start:segment.end].tolist(),
+                                         prompt + ids[:segment.start].tolist())
+            action = reply_action(message, role)
+            if action != FORFEIT_ACTION:
+                return action
+        return None
+
+    def batch_metrics(self) -> dict[str, float]:
+        """``sdpo/sibling_hints``: the batch's sites whose hint shows a successful sibling's action."""
+        return {"sdpo/sibling_hints": float(self._sibling_hints)} if self.config.use_successful_as_teacher else {}
 
     def _hint_text(self, record: Any, turn: Any) -> str | None:
         """A site's own hint per ``sdpo.hint`` (``None``: the template)."""
@@ -324,17 +415,13 @@ class SDPOHintDistillation(LossChannel):
             student_hidden = _site_hidden(policy_forward.hidden, sites, prompt_width, teacher.response_length)
         else:
             student_hidden = response_hidden(unwrapped, pack_responses(contexts, responses, pad, device))
-        with torch.no_grad():
-            teacher_hidden = None
-            if policy_forward is not None and policy_forward.cache is not None:
-                # the kept context ends where the dropped generation prompt (if any) began
-                teacher_hidden = response_hidden_after_prefix(
-                    unwrapped, policy_forward, [row for row, *_ in sites],
-                    [prompt_width + start - (len(context) - kept)
-                     for (_, start, _, _), context, (kept, _) in zip(sites, contexts, insertions, strict=True)],
-                    [kept for kept, _ in insertions], [inserted for _, inserted in insertions], responses, pad)
-            if teacher_hidden is None:
-                teacher_hidden = response_hidden(unwrapped, teacher)
+        teacher_hidden, teacher_logits = self._teacher_side(unwrapped, teacher, policy_forward, sites, contexts,
+                                                            insertions, responses, prompt_width)
+        if teacher_logits is not None:  # a teacher with a head of its own (a copy's): the logits in full
+            student_head = cast("torch.nn.Module", unwrapped.get_output_embeddings())
+            return masked_jsd_loss(student_head(student_hidden), teacher_logits, teacher.mask,
+                                   beta=self.config.jsd_beta, temperature=self.config.temperature,
+                                   token_clip=self.config.token_clip)
         head = unwrapped.get_output_embeddings()
         if self.config.backend == "liger":
             from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
@@ -351,6 +438,59 @@ class SDPOHintDistillation(LossChannel):
             teacher_logits = head(teacher_hidden)
         return masked_jsd_loss(head(student_hidden), teacher_logits, teacher.mask, beta=self.config.jsd_beta,
                                temperature=self.config.temperature, token_clip=self.config.token_clip)
+
+    def _teacher_side(self, unwrapped: Any, teacher: Any, policy_forward: CapturedForward | None,
+                      sites: list[tuple[int, int, int, str]], contexts: list[list[int]],
+                      insertions: list[tuple[int, list[int]]], responses: list[list[int]],
+                      prompt_width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The teacher's ``(n, L, H)`` hidden states over the hinted sites (no gradient), and
+        its ``(n, L, V)`` logits when its head is not the policy's (a ``base``/``ema`` copy),
+        else ``None``. The live teacher continues from the GRPO forward's cache where it kept
+        one; any other teacher runs the hinted contexts in full."""
+        with torch.no_grad():
+            if self.config.teacher_model_kind != "live":
+                with self.teacher(unwrapped) as model:
+                    hidden = response_hidden(model, teacher)
+                    head = cast("torch.nn.Module", cast("Any", model).get_output_embeddings())
+                    return hidden, (head(hidden) if head is not unwrapped.get_output_embeddings() else None)
+            if policy_forward is not None and policy_forward.cache is not None:
+                pad = self.trainer.processing_class.pad_token_id
+                # the kept context ends where the dropped generation prompt (if any) began
+                continued = response_hidden_after_prefix(
+                    unwrapped, policy_forward, [row for row, *_ in sites],
+                    [prompt_width + start - (len(context) - kept)
+                     for (_, start, _, _), context, (kept, _) in zip(sites, contexts, insertions, strict=True)],
+                    [kept for kept, _ in insertions], [inserted for _, inserted in insertions], responses, pad)
+                if continued is not None:
+                    return continued, None
+            return response_hidden(unwrapped, teacher), None
+
+
+class _EMATeacherCallback(TrainerCallback):
+    """After every optimizer step, ``θ_T ← (1 − r)·θ_T + r·θ`` for the ``ema`` teacher's copy
+    (TRL 1.16 ``SyncRefModelCallback.sync_target_model(model, target, alpha)``, the update of
+    its SDPO ``SyncTeacherModelCallback`` at ``teacher_sync_steps`` 1; that callback reads its
+    settings from SDPO's own ``TrainingArguments``, which a GRPO run does not have). The copy is
+    not checkpointed: a resumed run restarts the average from the resumed policy (logged)."""
+
+    def __init__(self, channel: SDPOHintDistillation) -> None:
+        self.channel = channel
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if state.global_step > 0 and model is not None and self.channel.teacher_model is not None:  # a resume
+            log.warning("sdpo.teacher_model_kind 'ema': the average restarts from the resumed policy (step %d)",
+                        state.global_step)
+            self._sync(model, 1.0)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is not None and self.channel.teacher_model is not None:
+            self._sync(model, self.channel.config.teacher_update_rate)
+
+    def _sync(self, model: torch.nn.Module, rate: float) -> None:
+        from trl.trainer.callbacks import SyncRefModelCallback
+
+        unwrapped = self.channel.trainer.accelerator.unwrap_model(model)
+        SyncRefModelCallback.sync_target_model(unwrapped, self.channel.teacher_model, rate)
 
 
 def _site_hidden(hidden: torch.Tensor, sites: list[tuple], prompt_width: int, length: int) -> torch.Tensor:

@@ -10,7 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from env_server.protocol.markers import Role
 from trainer_client.losses.teachers import TeacherConfig
 
-__all__ = ["ReplayConfig", "SDPOConfig"]
+__all__ = ["SUCCESSFUL_TEMPLATE", "ReplayConfig", "SDPOConfig"]
+
+
+#: How a successful sibling's action joins the teacher's hint (TRL 1.16 SDPO's ``solution_template``
+#: wording, "Correct solution:"; ``{solution}`` is the sibling's action text).
+SUCCESSFUL_TEMPLATE = "Correct solution from another attempt:\n\n{solution}"
 
 
 class SDPOConfig(BaseModel):
@@ -51,6 +56,25 @@ class SDPOConfig(BaseModel):
             distils leave the GRPO term's loss mask, every other token stays in it. SRPO's
             entropy-aware weighting of the distillation targets is not implemented. A site over
             ``max_sites_per_batch`` in its micro-batch is then in neither term.
+        teacher_model_kind: the policy whose hinted self is the teacher, as TRL 1.16's SDPO
+            names it (``SDPOConfig.teacher_model_kind``): ``"live"`` (default here; TRL's is
+            ``ema``): the current policy, the teacher's context continuing from the GRPO
+            forward's cache; ``"base"``: the initial policy (OPSD, arXiv 2601.18734, recommends
+            the frozen initial policy): with LoRA adapters the base with the adapters off,
+            otherwise a frozen copy made at step 0 (one more model in memory); ``"ema"``: an
+            exponential moving average of the policy, ``θ_T ← (1 − r)·θ_T + r·θ`` after every
+            optimizer step (TRL's ``SyncRefModelCallback.sync_target_model``, SDPO's
+            ``teacher_sync_steps`` 1), a copy started at step 0 (one more model; not wired with
+            LoRA adapters: refused). A teacher other than ``live`` runs its own full forward.
+        teacher_update_rate: the EMA rate ``r`` (TRL's ``teacher_update_rate``, default 0.05).
+        use_successful_as_teacher: SDPO's reprompt (arXiv 2601.20802; TRL's
+            ``use_successful_as_teacher``): where another rollout of the same group played the
+            same role's same turn with reward 1, the teacher's hint also shows that rollout's
+            action (:data:`SUCCESSFUL_TEMPLATE`, TRL's ``solution_template`` wording). The text
+            is the policy's own, not a reference solution: the run stays non-gold.
+        failed_only: distil only the sites of rollouts whose episode reward is below 1 (SRPO's
+            routing of failed samples to distillation, arXiv 2604.02288, at the rollout level;
+            an erring turn that the debate repaired is left to GRPO).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -65,6 +89,10 @@ class SDPOConfig(BaseModel):
     hint: Literal["localised", "template", "reference"] = "localised"
     restate: bool = True
     route: bool = False
+    teacher_model_kind: Literal["live", "base", "ema"] = "live"
+    teacher_update_rate: float = Field(default=0.05, gt=0, le=1)
+    use_successful_as_teacher: bool = False
+    failed_only: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> SDPOConfig:
