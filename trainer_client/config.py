@@ -334,9 +334,12 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.replay.beta > 0 and len(self.replay.teachers) < 2:
+        if self.replay.beta > 0 and self.replay.pair_source != "group" and len(self.replay.teachers) < 2:
             raise ValueError("replay.beta > 0 needs at least 2 teachers in replay.teachers "
-                             "(a DPO pair needs two teachers that agree)")
+                             "(a DPO pair needs two teachers that agree; replay.pair_source: group needs none)")
+        if self.replay.ref_model_sync_steps is not None and self.policies.adapters:
+            raise ValueError("replay.ref_model_sync_steps (a reference that follows the policy) is wired for the "
+                             "shared policy only, not with per-role LoRA adapters (policies)")
         if self.per_device_train_batch_size * self.gradient_accumulation_steps % self.num_generations:
             raise ValueError("per_device_train_batch_size × gradient_accumulation_steps must be a multiple of "
                              "num_generations (TRL groups each prompt's rollouts in one generation batch)")

@@ -107,7 +107,8 @@ class ReplayConfig(BaseModel):
     Attributes:
         beta: weight of the channel in the total loss (0 disables it).
         dpo_beta: DPO's temperature.
-        teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing).
+        teachers: the teacher pool (at least 2 when ``beta > 0``: a pair needs 2 agreeing;
+            none needed with ``pair_source: group``).
         budget_per_step: most teacher calls started per training step.
         pairs_per_step: pairs in the DPO term of one optimiser step, drawn once per step and
             dealt over its gradient-accumulation micro-batches (the same DPO batch whatever the
@@ -138,10 +139,38 @@ class ReplayConfig(BaseModel):
             accuracy (implicit reward of the chosen side above the rejected one's, as TRL's
             ``rewards/accuracies``) and the chosen and rejected log-probs on up to
             ``monitor_pairs`` of them are logged (``replay/heldout/*``), so saturation shows.
-        monitor_every, monitor_pairs: see ``heldout_pair_share``.
-        roles: roles whose turns are replayed to teachers.
+            Beside them ``replay/heldout/margin_above_start``: the share of those pairs whose
+            margin ``log π(chosen) − log π(rejected)`` (sums over each side's tokens) is above
+            the same margin under the frozen start policy (not the moving reference).
+        monitor_every, monitor_pairs: see ``heldout_pair_share``. ``monitor_pairs`` has no upper
+            bound; an ablation that reads the held-out figures should set it to 64 (issue 56: at
+            least 50 held-out pairs evaluated per run; the default 16 is for cheap runs).
+        roles: roles whose turns are replayed to teachers (and, with ``pair_source`` ``group``
+            or ``both``, whose first turns are paired within a group).
         max_workers: threads running teacher calls.
         pairs_path: JSONL of pairs (default: ``<output_dir>/replay_pairs.jsonl``).
+        ref_model_sync_steps: TR-DPO's reference that follows the policy (Gorbatovski et al.
+            2024, arXiv 2404.09656, Eq. 4-5; TRL's ``DPOConfig.ref_model_sync_steps`` with
+            ``sync_ref_model``): every this many optimizer steps the replay reference becomes
+            ``α·θ_policy + (1 − α)·θ_ref`` (``α = ref_model_mixup_alpha``), and a drawn pair's
+            reference log-probs are recomputed under the reference of the moment when they
+            were computed before its last sync. ``None`` (default): the frozen initial policy,
+            as before. Costs one more model copy in memory (the following reference, beside the
+            frozen start policy). Full fine-tuning of the shared policy only: refused with
+            per-role LoRA adapters.
+        ref_model_mixup_alpha: TR-DPO's ``α`` in ``[0, 1]`` (TRL's default 0.6; 1: a hard copy
+            of the policy, TR-DPO's "hard update"; 0: the reference never moves).
+        draws_per_pair: ``None`` (default): each step's pairs are drawn uniformly among the
+            stored pairs. Otherwise each stored, non-held-out pair is trained on at most this
+            many times: a step draws its ``pairs_per_step`` among the pairs drawn fewest times
+            so far (ties broken by the run's seeded pair stream) and a pair drawn this many
+            times is retired; the counts are in the checkpoint.
+        pair_source: where pairs come from. ``"teachers"`` (default): the teachers' answers
+            against the student's turns. ``"group"``: the policy's own GRPO group, no teacher:
+            for each group of rollouts of one prompt and each replayed role, the role's first
+            turn of a rollout with server reward 1 against the same turn of a rollout with
+            reward 0 on the same context tokens (at most one pair per group and role per
+            batch; logged as ``replay/group_pairs``). ``"both"``: both sources.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -161,3 +190,7 @@ class ReplayConfig(BaseModel):
     roles: list[Role] = Field(default_factory=lambda: [Role.SOLVER])
     max_workers: int = Field(default=4, ge=1)
     pairs_path: str | None = None
+    ref_model_sync_steps: int | None = Field(default=None, ge=1)
+    ref_model_mixup_alpha: float = Field(default=0.6, ge=0, le=1)
+    draws_per_pair: int | None = Field(default=None, ge=1)
+    pair_source: Literal["teachers", "group", "both"] = "teachers"
