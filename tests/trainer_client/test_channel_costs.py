@@ -108,3 +108,17 @@ def test_training_plot_has_a_cost_panel_when_costs_are_logged(tmp_path) -> None:
                                              "memory/peak_gib": 2.0 + line["step"]}) + "\n" for line in base))
     widths = [imread(plot_metrics(path, tmp_path / f"{path.stem}.png")).shape[1] for path in (plain, with_cost)]
     assert widths[1] == pytest.approx(widths[0] * 3 / 2, rel=0.02)  # 3 panels instead of 2
+
+
+def test_training_plot_has_a_hint_distillation_panel_when_its_teacher_is_measured(tmp_path) -> None:
+    from matplotlib.image import imread
+
+    from trainer_client.training.reporting import plot_metrics
+
+    base = [{"step": s, "debate/reward/solver": 0.5, "loss/grpo": 0.1, "loss/sdpo_jsd": 0.2} for s in range(1, 6)]
+    plain, measured = tmp_path / "plain.jsonl", tmp_path / "sdpo.jsonl"
+    plain.write_text("".join(json.dumps(line) + "\n" for line in base))
+    measured.write_text("".join(json.dumps({**line, "sdpo/teacher_advantage": -0.1 * line["step"]}) + "\n"
+                                for line in base))
+    widths = [imread(plot_metrics(path, tmp_path / f"{path.stem}.png")).shape[1] for path in (plain, measured)]
+    assert widths[1] == pytest.approx(widths[0] * 3 / 2, rel=0.02)  # the teacher's advantage and the JSD: a 3rd panel

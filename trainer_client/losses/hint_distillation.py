@@ -34,7 +34,7 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, cast
 
 import torch
@@ -44,8 +44,9 @@ from transformers import PreTrainedTokenizerBase, ProcessorMixin, TrainerCallbac
 from env_server.protocol.markers import Role
 from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch, register_channel
 from trainer_client.losses.functional import chunked_jsd_loss, masked_jsd_loss
+from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
 from trainer_client.losses.settings import SUCCESSFUL_TEMPLATE, SDPOConfig
-from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix
+from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix, response_logits
 from trainer_client.rollout.branches import reply_action
 from trainer_client.rollout.tools import FORFEIT_ACTION
 from trainer_client.trl_compat import CapturedForward, reference_adapter, restore_class_forward
@@ -153,6 +154,7 @@ class SDPOHintDistillation(LossChannel):
         #: the teacher's own weights (``base`` and ``ema`` without adapters); ``None``: the policy's
         self.teacher_model: torch.nn.Module | None = None
         self._sibling_hints = 0  # sites whose hint shows a successful sibling's action, this batch
+        self._monitor: dict[str, float] = {}  # the teacher's measured advantage on the last batch's sites
 
     def bind(self, trainer: Any) -> None:
         """Keep the trainer's processor, chat template and accelerator; tokenise the generation
@@ -229,6 +231,7 @@ class SDPOHintDistillation(LossChannel):
                     sites.append((seg.start, seg.end, self.site_key(turn.hint_template_key, hint)))
             out.append(sites)
         batch.output[SITES] = out
+        self._monitor = self.teacher_advantage(batch, out) if batch.mode == "train" else {}
         if not self.config.route:
             return None
         routed = torch.ones_like(batch.output["completion_mask"])
@@ -267,8 +270,69 @@ class SDPOHintDistillation(LossChannel):
         return None
 
     def batch_metrics(self) -> dict[str, float]:
-        """``sdpo/sibling_hints``: the batch's sites whose hint shows a successful sibling's action."""
-        return {"sdpo/sibling_hints": float(self._sibling_hints)} if self.config.use_successful_as_teacher else {}
+        """``sdpo/sibling_hints`` (the batch's sites whose hint shows a successful sibling's
+        action) and :meth:`teacher_advantage`'s figures."""
+        sibling = {"sdpo/sibling_hints": float(self._sibling_hints)} if self.config.use_successful_as_teacher else {}
+        return {**sibling, **self._monitor}
+
+    def teacher_advantage(self, batch: ScoredBatch, sites: list[list[tuple[int, int, str]]]) -> dict[str, float]:
+        """Whether the teacher knows more than its student where it is distilled: at each of the
+        batch's solver sites (at most ``max_sites_per_batch``) whose problem has a reference
+        solution, the right turn (that solution as the solver's tool call, as the policy writes
+        it) is scored after the student's context and after the teacher's hinted one; at the
+        **right token**, the first token of the right turn that is not the student's greedy
+        choice, ``sdpo/teacher_advantage`` is the mean over sites of ``log p_T − log p_S`` (nats;
+        the hint probe's per-site figure, ``docs/ablation/channels/audit/hint-probe.md``), with
+        ``sdpo/teacher_advantage_sites`` the sites measured (a site whose student follows the
+        right turn throughout has no right token). A monitor, not a target: the solution never
+        reaches the loss, so the run stays non-gold. Two forwards without gradient over the
+        sites; nothing without reference solutions (``problems`` unset) or without solver sites.
+
+        Returns:
+            The two figures, or ``{}`` when no site was measured.
+        """
+        if self.reference_solution is None:
+            return {}
+        trainer = self.trainer
+        processor = trainer.processing_class
+        output = batch.output
+        contexts, hinted, rights = [], [], []
+        chosen = [(row, start, end, key) for row, row_sites in enumerate(sites) for start, end, key in row_sites
+                  if key.partition("/")[0] == Role.SOLVER.value][: self.config.max_sites_per_batch]
+        for row, start, end, key in chosen:
+            solution = self.reference_solution(batch.records[row].problem_id)
+            message = None if solution is None else tool_call_message(Role.SOLVER, solution)
+            if message is None:
+                continue
+            rendered = tool_call_response_ids(processor, message, chat_template=trainer.chat_template,
+                                              eos_token_id=processor.eos_token_id,
+                                              template_kwargs=trainer.chat_template_kwargs)
+            own = output["completion_ids"][row][start:end].tolist()
+            context = output["prompt_ids"][row][output["prompt_mask"][row].bool()].tolist() + \
+                output["completion_ids"][row][:start].tolist()
+            contexts.append(context)
+            hinted.append(self.with_hint(context, key))
+            rights.append(as_policy_writes(processor, rendered, own))
+        if not contexts:
+            return {}
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        router = getattr(trainer, "role_router", None)
+        device = output["completion_ids"].device
+        with torch.no_grad(), router.using(unwrapped, Role.SOLVER) if router is not None else nullcontext():
+            student_batch = pack_responses(contexts, rights, processor.pad_token_id, device)
+            student_logits = response_logits(unwrapped, student_batch).float()
+            with self.teacher(unwrapped) as teacher_model:
+                teacher_logits = response_logits(teacher_model, pack_responses(hinted, rights, processor.pad_token_id,
+                                                                                device)).float()
+        labels, mask = student_batch.labels, student_batch.mask
+        student = torch.log_softmax(student_logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        teacher = torch.log_softmax(teacher_logits, -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+        off = mask & (student_logits.argmax(-1) != labels)
+        gaps = [float(teacher[k, int(row.nonzero()[0])] - student[k, int(row.nonzero()[0])])
+                for k, row in enumerate(off) if row.any()]
+        if not gaps:
+            return {}
+        return {"sdpo/teacher_advantage": sum(gaps) / len(gaps), "sdpo/teacher_advantage_sites": float(len(gaps))}
 
     def _hint_text(self, record: Any, turn: Any) -> str | None:
         """A site's own hint per ``sdpo.hint`` (``None``: the template)."""

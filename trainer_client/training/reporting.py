@@ -29,9 +29,9 @@ from transformers.utils import logging as transformers_logging
 from env_server.jsonio import read_jsonl
 from trainer_client.evaluation.during_training import EVAL_PREFIX
 
-__all__ = ["EVAL_CURVE_KEYS", "LOSS_KEYS", "ROLE_REWARD_KEYS", "SMOOTHING_STEPS", "VERIFIER_KEYS", "MetricsFileCallback",
-           "QuietProgressCallback", "is_eval_line", "metrics_events", "plot_metrics", "read_eval_metrics", "read_metrics",
-           "trailing_mean", "weight_bars_off"]
+__all__ = ["EVAL_CURVE_KEYS", "LOSS_KEYS", "ROLE_REWARD_KEYS", "SDPO_KEYS", "SMOOTHING_STEPS", "VERIFIER_KEYS",
+           "MetricsFileCallback", "QuietProgressCallback", "is_eval_line", "metrics_events", "plot_metrics",
+           "read_eval_metrics", "read_metrics", "trailing_mean", "weight_bars_off"]
 
 LOSS_KEYS = ("loss/grpo", "loss/sdpo_jsd", "loss/trace_replay_dpo", "loss/total")
 """The SDPO channel's old metric name (it is a generalized JSD, not a KL): still logged with
@@ -161,6 +161,9 @@ def trailing_mean(values: Sequence[float], window: int) -> list[float]:
 
 #: Trace replay's per-step figures (the third panel of the training plot when logged).
 REPLAY_KEYS = ("replay/chosen_logp", "replay/rejected_logp", "replay/heldout/chosen_logp", "replay/heldout/rejected_logp")
+#: Hint distillation's own objective (trainer_client.losses.hint_distillation): does the teacher know more than
+#: its student at the distilled sites, and does the divergence to it fall?
+SDPO_KEYS = ("sdpo/teacher_advantage", "loss/sdpo_jsd")
 #: The step's peak memory, GiB (the last panel, with each channel's ``time/<channel>_s``).
 PEAK_MEMORY_KEY = "memory/peak_gib"
 
@@ -210,7 +213,8 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     """Plot per-role rewards, the three loss channels and, when logged, the verifier's verdicts on
     each step's rollouts (:data:`VERIFIER_KEYS`, smoothed), the evaluation during
     training on validation problems (:data:`EVAL_CURVE_KEYS`), trace replay's chosen and
-    rejected log-probs (trained and held-out pairs), each role's credit fidelity and signal
+    rejected log-probs (trained and held-out pairs), hint distillation's teacher advantage at the
+    right token beside its JSD (:data:`SDPO_KEYS`), each role's credit fidelity and signal
     (smoothed like the rewards) and what the channels cost (each one's
     seconds per step, the step's peak memory: :mod:`trainer_client.losses.costs`) against the step. With 10 steps or
     more, each reward is drawn faint per step with its trailing mean over
@@ -242,7 +246,8 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     # does each role's advantage point the way its own turn went? (credit/fidelity.py)
     credit_keys = sorted({key for line in lines for key in line if key.startswith(CREDIT_PREFIXES)})
     verifier = any(key in line for line in lines for key in VERIFIER_KEYS)
-    count = 2 + verifier + bool(evaluations) + replay + bool(credit_keys) + cost
+    sdpo = any(SDPO_KEYS[0] in line for line in lines)
+    count = 2 + verifier + bool(evaluations) + replay + sdpo + bool(credit_keys) + cost
     fig, axes = plt.subplots(1, count, figsize=(5.5 * count, 4))
     rewards_ax, loss_ax = axes[0], axes[1]
     smoothed = {rewards_ax}
@@ -259,8 +264,11 @@ def plot_metrics(metrics_path: str | Path, out_path: str | Path) -> Path:
     first_extra = 2 + verifier + bool(evaluations)
     if replay:  # is trace replay still teaching? (saturation: the margin grows, the chosen side does not)
         panels.append((axes[first_extra], REPLAY_KEYS, "trace replay: log-probs (nats per pair)"))
+    if sdpo:  # a teacher that knows more (advantage > 0) and a divergence that falls
+        panels.append((axes[first_extra + replay], SDPO_KEYS, "hint distillation: teacher − student at the right "
+                       "token, JSD (nats)"))
     if credit_keys:
-        credit_ax = axes[first_extra + replay]
+        credit_ax = axes[first_extra + replay + sdpo]
         smoothed.add(credit_ax)
         panels.append((credit_ax, credit_keys, "credit: fidelity and signal per role"))
     if cost:  # what each channel costs in this run (trainer_client.losses.costs)

@@ -259,8 +259,8 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
                 return problems.get(problem_id).answer
             except Exception:  # the server serves problems this trainer's source lacks
                 return None
-    reference_solution = None
-    if config.sdpo.alpha > 0 and config.sdpo.hint == "reference":
+    reference_solution = None  # the hint of `sdpo.hint: reference`; else only the teacher's monitor reads it
+    if config.sdpo.alpha > 0 and (config.sdpo.hint == "reference" or config.problems is not None):
         from env_server.debate.problems import load_problem_source
 
         reference_source = load_problem_source(config.problems)
@@ -270,7 +270,7 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
                 return reference_source.get(problem_id).solution
             except Exception:  # the server serves problems this trainer's source lacks: the template
                 return None
-        if main:
+        if main and config.sdpo.hint == "reference":
             log.info("hint distillation shows its teacher the reference solution (sdpo.hint = reference, OPSD): "
                      "this run is GOLD-SUPERVISED")
     validation = eval_dataset = None

@@ -173,3 +173,51 @@ def test_a_successful_siblings_action_joins_the_hint_and_repaired_rollouts_can_b
                                   sdpo=SDPOConfig(alpha=0.1, restate=False, failed_only=True), hints=HINTS)
     trainer_failed.hint_distillation.prepare(repaired)
     assert [len(row) for row in repaired.output[SITES]] == [0, 1]
+
+
+def test_the_teachers_advantage_at_the_right_token_is_logged_by_hand(model_and_tokenizer, tiny_model_dir,
+                                                                     tmp_path) -> None:
+    """``sdpo/teacher_advantage``: at a solver site, teacher minus student log-prob of the first
+    token of the right turn (the reference solution as the solver's tool call) that the student
+    would not choose greedily; recomputed here with plain forwards of whole sequences."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema
+
+    from trainer_client.losses.replay_pairs import as_policy_writes
+
+    model, _ = model_and_tokenizer
+    tokenizer = add_response_schema(AutoTokenizer.from_pretrained(tiny_model_dir))
+    solution = r"Ones: $4 + 2 = 6$. Tens: $3 + 3 = 6$. So the answer is $\boxed{66}$."
+    trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path, sdpo=SDPOConfig(alpha=0.1, restate=False),
+                           hints=HINTS, reference_solution={"p": solution}.get)
+    channel = trainer.hint_distillation
+    batch = make_batch(tokenizer)
+    output = {k: batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    segments = [[Segment(2, 8, SegmentOwner(0, Role.SOLVER, True))], []]
+    scored = ScoredBatch(output, [_record(0.0, 0.0), _record(1.0, 1.0)], [None, None], segments, [], "train", 0)
+    channel.prepare(scored)
+    metrics = channel.batch_metrics()
+    # by hand: the right turn after the student's context, and after the hinted one
+    (row_sites, _) = output[SITES]
+    (start, _, key), = row_sites
+    context = batch["prompt_ids"][0].tolist() + batch["completion_ids"][0][:start].tolist()
+    rendered = tool_call_response_ids(tokenizer, tool_call_message(Role.SOLVER, solution),
+                                      chat_template=trainer.chat_template, eos_token_id=tokenizer.eos_token_id,
+                                      template_kwargs=trainer.chat_template_kwargs)
+    right = as_policy_writes(tokenizer, rendered, batch["completion_ids"][0][2:8].tolist())
+
+    def logps(prefix: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prefix + right])).logits[0, len(prefix) - 1:-1].float()
+        return torch.log_softmax(logits, -1)[torch.arange(len(right)), torch.tensor(right)], logits.argmax(-1)
+
+    student, greedy = logps(context)
+    teacher, _ = logps(channel.with_hint(context, key))
+    first = int((greedy != torch.tensor(right)).nonzero()[0])
+    assert metrics["sdpo/teacher_advantage_sites"] == 1.0
+    assert metrics["sdpo/teacher_advantage"] == pytest.approx(float(teacher[first] - student[first]), abs=1e-4)
+    # without reference solutions there is nothing to measure
+    plain = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path / "plain", sdpo=SDPOConfig(alpha=0.1),
+                         hints=HINTS)
+    plain.hint_distillation.prepare(ScoredBatch(dict(output), scored.records, [None, None], segments, [], "train", 0))
+    assert plain.hint_distillation.batch_metrics() == {}
