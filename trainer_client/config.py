@@ -320,15 +320,16 @@ class TrainConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _tiny_model_default_teachers(cls, data: Any) -> Any:
-        """``model: tiny`` (or another tiny model) with replay on and no teachers: its default
-        teachers (:func:`tiny_model_teachers`)."""
+        """``model: tiny`` (or another tiny model) with replay on, no teachers and pairs that need
+        them (not ``pair_source: group``): its default teachers (:func:`tiny_model_teachers`)."""
         if not isinstance(data, dict) or data.get("model", "tiny") not in TINY_MODELS:
             return data
         replay = data.get("replay")
         if replay is None or isinstance(replay, dict):
             replay = dict(replay or {})
             beta = replay.get("beta", 0.0)
-            if not replay.get("teachers") and isinstance(beta, int | float) and beta > 0:
+            if (not replay.get("teachers") and isinstance(beta, int | float) and beta > 0
+                    and replay.get("pair_source", "teachers") != "group"):  # group pairs ask no teacher
                 return {**data, "replay": {**replay, "teachers": tiny_model_teachers(data.get("model", "tiny"))}}
         return data
 

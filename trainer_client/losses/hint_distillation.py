@@ -291,7 +291,7 @@ class SDPOHintDistillation(LossChannel):
         Returns:
             The two figures, or ``{}`` when no site was measured.
         """
-        if self.reference_solution is None:
+        if self.reference_solution is None or "completion_ids" not in batch.output:  # no tokens: nothing to score
             return {}
         trainer = self.trainer
         processor = trainer.processing_class

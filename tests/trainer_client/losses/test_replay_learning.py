@@ -401,3 +401,6 @@ def test_valid_settings_load() -> None:
     defaults = ReplayConfig()
     assert (defaults.ref_model_sync_steps, defaults.ref_model_mixup_alpha, defaults.draws_per_pair,
             defaults.pair_source) == (None, 0.6, None, "teachers")
+    # a tiny model's default teachers are added only where pairs need teachers
+    assert load_config(None, None, {"replay.beta": 0.05, "replay.pair_source": "group"}).replay.teachers == []
+    assert len(load_config(None, None, {"replay.beta": 0.05}).replay.teachers) >= 2
