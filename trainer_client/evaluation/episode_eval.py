@@ -56,6 +56,8 @@ class EpisodeReport:
         episode_rewards: per debate, ``G`` (problem ``i``'s debates at ``i*k .. i*k + k - 1``).
         first_answer_correct: per debate, whether the solver's first answer was right.
         seconds: wall-clock of the evaluation.
+        mean_tokens: generated tokens of a debate (every turn the model played), mean over
+            debates: the inference cost a majority vote is compared at.
     """
 
     n: int
@@ -78,6 +80,7 @@ class EpisodeReport:
     net_repair_rate: float | None = None
     repair_when_rejected: float | None = None
     repair_when_accepted: float | None = None
+    mean_tokens: float = 0.0
 
     def summary(self) -> dict[str, Any]:
         """The aggregates without the per-debate lists."""
@@ -154,6 +157,7 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
     wrong_to_right = right_to_wrong = 0
     records: list[EpisodeRewards] = []
     problems = [source.by_seed(s) for s in seeds for _ in range(per_problem)]
+    generated_tokens = 0
 
     def observation(episode: DebateEpisode) -> DebateObservation:
         return DebateObservation.model_validate(json.loads(episode.last_observation)["observation"])
@@ -175,8 +179,11 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                     for role in dict.fromkeys(episodes[j].role for j in active)}
                 for role, positions in by_role.items():
                     with nullcontext() if play_as is None else play_as(role):
+                        counts: list[int] = []
                         made = generate_turns(model, tokenizer, [contexts[active[p]] for p in positions], sample=sample,
-                                              num=1, temperature=temperature, max_new_tokens=max_new_tokens)
+                                              num=1, temperature=temperature, max_new_tokens=max_new_tokens,
+                                              token_counts=counts)
+                        generated_tokens += sum(counts)
                     for p, turn_texts in zip(positions, made, strict=True):
                         texts[p] = turn_texts
                 for j, (text,) in zip(active, texts, strict=True):
@@ -246,4 +253,5 @@ def evaluate_episodes(model: Any, tokenizer: Any, source: ProblemSource, seeds: 
                          repair_when_rejected=verdicts.repair_when_rejected if verdicts else None,
                          repair_when_accepted=verdicts.repair_when_accepted if verdicts else None,
                          judge_copies_solver=(judge_copies / n if n else 0.0) if debate else None,
-                         wrong_to_right=wrong_to_right / n if n else 0.0, right_to_wrong=right_to_wrong / n if n else 0.0)
+                         wrong_to_right=wrong_to_right / n if n else 0.0, right_to_wrong=right_to_wrong / n if n else 0.0,
+                         mean_tokens=generated_tokens / n if n else 0.0)

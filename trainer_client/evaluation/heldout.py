@@ -43,6 +43,7 @@ __all__ = [
     "generate_turns",
     "grade_answer_text",
     "heldout_seeds",
+    "majority_vote_correct",
     "observation_prompt_ids",
     "own_text",
     "read_solver_turn",
@@ -191,6 +192,9 @@ class HeldoutRecord:
     correct: bool
     sample_answers: list[str | None] = field(default_factory=list)
     sample_correct: list[bool] = field(default_factory=list)
+    tokens: int = 0
+    sample_tokens: list[int] = field(default_factory=list)
+    majority_correct: list[bool] = field(default_factory=list)
 
 
 @dataclass
@@ -206,6 +210,13 @@ class HeldoutReport:
         sample_accuracy: mean correctness of the samples (pass@1 at ``temperature``).
         sample_valid_rate: share of samples that are valid.
         seconds: wall-clock of the whole evaluation.
+        mean_tokens: generated tokens of a greedy first answer, mean over problems.
+        mean_sample_tokens: generated tokens of a sample, mean (``None`` when ``k == 0``).
+        majority_accuracy_by_k: entry ``m − 1`` is the accuracy of the majority vote over each
+            problem's first ``m`` samples, ``m = 1 .. k`` (self-consistency, X. Wang et al.
+            2023, with the grader's clusters: :func:`~trainer_client.evaluation.selection.
+            self_consistency_choice`; a problem whose samples have no answer counts as wrong);
+            ``None`` when ``k == 0``. A record's ``majority_correct`` holds its ``k`` votes.
     """
 
     n: int
@@ -219,6 +230,9 @@ class HeldoutReport:
     sample_valid_rate: float | None
     seconds: float
     records: list[HeldoutRecord]
+    mean_tokens: float = 0.0
+    mean_sample_tokens: float | None = None
+    majority_accuracy_by_k: list[float] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The aggregates without the records."""
@@ -226,9 +240,14 @@ class HeldoutReport:
 
 
 def generate_turns(model: Any, tokenizer: Any, prompts: list[list[int]], *, sample: bool, num: int, temperature: float,
-                   max_new_tokens: int) -> list[list[str]]:
+                   max_new_tokens: int, token_counts: list[int] | None = None) -> list[list[str]]:
     """Decoded continuations (special tokens kept), ``num`` per prompt, from one left-padded
-    batch on the model's device: greedy, or sampled at ``temperature`` (``top_k`` 0, ``top_p`` 1)."""
+    batch on the model's device: greedy, or sampled at ``temperature`` (``top_k`` 0, ``top_p`` 1).
+
+    ``token_counts``, when given, gets each continuation's generated token count appended, in
+    the order of the flattened result (prompt-major): the tokens up to and including the first
+    end-of-sequence token, or all ``max_new_tokens`` without one (the inference tokens a turn
+    costs)."""
     import torch
 
     width = max(len(p) for p in prompts)
@@ -247,7 +266,14 @@ def generate_turns(model: Any, tokenizer: Any, prompts: list[list[int]], *, samp
     with torch.inference_mode():
         out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
                              pad_token_id=pad, eos_token_id=tokenizer.eos_token_id, **options)
-    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=False)
+    generated = out[:, width:]
+    if token_counts is not None:
+        eos = tokenizer.eos_token_id
+        ends = generated == eos if eos is not None else torch.zeros_like(generated, dtype=torch.bool)
+        first_end = torch.where(ends.any(-1), ends.int().argmax(-1) + 1, torch.full_like(ends[:, 0], generated.shape[1],
+                                                                                      dtype=torch.long))
+        token_counts.extend(int(x) for x in first_end.tolist())
+    texts = tokenizer.batch_decode(generated, skip_special_tokens=False)
     return [texts[i * num:(i + 1) * num] for i in range(len(prompts))]
 
 
@@ -287,6 +313,8 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
     prompts = [solver_prompt_ids(tokenizer, p, tools, max_rounds, mode) for p in problems]
     greedy: list[str] = []
     samples: list[list[str]] = []
+    greedy_tokens: list[int] = []
+    sample_tokens: list[int] = []
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(sample_seed)
     bar = tqdm(total=len(prompts), desc=label, unit="problem", disable=None if progress is None else not progress)
@@ -294,10 +322,11 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
         for i in range(0, len(prompts), batch_size):
             batch = prompts[i:i + batch_size]
             greedy += [texts[0] for texts in generate_turns(model, tokenizer, batch, sample=False, num=1,
-                                                       temperature=temperature, max_new_tokens=max_new_tokens)]
+                                                       temperature=temperature, max_new_tokens=max_new_tokens,
+                                                       token_counts=greedy_tokens)]
             if k:
                 samples += generate_turns(model, tokenizer, batch, sample=True, num=k, temperature=temperature,
-                                     max_new_tokens=max_new_tokens)
+                                     max_new_tokens=max_new_tokens, token_counts=sample_tokens)
             bar.update(len(batch))
     finally:
         bar.close()
@@ -307,12 +336,15 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
     for j, problem in enumerate(problems):
         turn = read_solver_turn(greedy[j])
         sample_turns = [read_solver_turn(t) for t in samples[j]] if k else []
+        answers = [t.answer if t.valid else None for t in sample_turns]
         records.append(HeldoutRecord(
             problem_id=problem.problem_id, problem=problem.problem, gold=problem.answer, completion=greedy[j],
             tool=turn.tool, answer=turn.answer, valid=turn.valid,
             correct=turn.valid and grade_answer_text(problem.answer, turn.answer),
             sample_answers=[t.answer for t in sample_turns],
             sample_correct=[t.valid and grade_answer_text(problem.answer, t.answer) for t in sample_turns],
+            tokens=greedy_tokens[j], sample_tokens=sample_tokens[j * k:(j + 1) * k],
+            majority_correct=[majority_vote_correct(problem.answer, answers[:m]) for m in range(1, k + 1)],
         ))
     n = len(records)
     valid = [r for r in records if r.valid]
@@ -330,4 +362,19 @@ def evaluate_first_answers(model: Any, tokenizer: Any, source: ProblemSource, se
                            if all_samples else None),
         seconds=time.perf_counter() - start,
         records=records,
+        mean_tokens=sum(r.tokens for r in records) / n if n else 0.0,
+        mean_sample_tokens=sum(sample_tokens) / len(sample_tokens) if sample_tokens else None,
+        majority_accuracy_by_k=[sum(r.majority_correct[m] for r in records) / n for m in range(k)] if k and n else None,
     )
+
+
+def majority_vote_correct(gold: str, answers: Sequence[str | None]) -> bool:
+    """Whether the majority vote over ``answers`` (self-consistency with the grader's clusters,
+    :func:`~trainer_client.evaluation.selection.self_consistency_choice`) is right; ``False``
+    when no answer was given."""
+    from trainer_client.evaluation.selection import self_consistency_choice
+
+    if not any(a is not None for a in answers):
+        return False
+    chosen, _ = self_consistency_choice(answers, lambda head, other: grade_answer_text(head, other))
+    return grade_answer_text(gold, answers[chosen])

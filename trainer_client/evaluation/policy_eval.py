@@ -43,7 +43,10 @@ class PolicyEvaluation:
             ``verdict_accuracy_wrong``, ``judge_copies_solver``, ``wrong_to_right``,
             ``right_to_wrong``, ``missing_verdict_share``, ``net_repair_rate``,
             ``repair_when_rejected``, ``repair_when_accepted`` and their ``sampled_`` twins, ``k``, ``debate_k``,
-            ``temperature``, ``seconds``.
+            ``temperature``, ``seconds``; the inference tokens (generated, means): ``first_answer_tokens``
+            (a greedy first answer), ``sample_tokens`` (a sampled first answer), ``debate_tokens`` (a
+            greedy episode, every turn; in ``single`` mode the one answer); and
+            ``majority_accuracy_by_k`` (the majority vote over the first ``m`` samples, ``m = 1..k``).
         per_problem: ``{metric: (N,) floats}`` for the measured :data:`ACCURACY_METRICS`.
     """
 
@@ -109,6 +112,8 @@ def evaluate_policy(model: Any, tokenizer: Any, source: Any, seeds: Sequence[int
         "final_accuracy": greedy.episode_reward, "episode_reward": greedy.episode_reward,
         "sampled_final_accuracy": sampled.episode_reward if sampled else None,
         "seconds": first.seconds + greedy.seconds + (sampled.seconds if sampled else 0.0),
+        "first_answer_tokens": first.mean_tokens, "sample_tokens": first.mean_sample_tokens,
+        "debate_tokens": greedy.mean_tokens, "majority_accuracy_by_k": first.majority_accuracy_by_k,
     }
     for key in _DEBATE_KEYS:
         figures[key] = getattr(greedy, key)

@@ -235,3 +235,49 @@ def test_sampled_debates_and_the_debates_own_figures(tmp_path) -> None:
     single = evaluate_policy(model, tokenizer, source, seeds, k=0, temperature=0.7, mode="single")
     assert single.figures["sampled_accuracy"] is None and single.figures["balanced_verdict_accuracy"] is None
     assert set(single.per_problem) == {"accuracy", "final_accuracy"}
+
+
+def test_inference_tokens_and_the_majority_vote_by_hand(tiny_learning_dir) -> None:
+    """The tokens each answer costs (a single unpadded greedy generation gives the same count),
+    the majority vote over the first m samples (by hand: the most frequent answer, ties to the
+    first seen, for integer answers where the grader's clusters are string equality), and a
+    single-mode episode costing exactly its greedy first answer's tokens."""
+    from collections import Counter
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainer_client.evaluation.episode_eval import evaluate_episodes
+    from trainer_client.evaluation.heldout import evaluate_first_answers, solver_prompt_ids
+    from trainer_client.rollout.tool_calls import tool_callables
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_learning_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_learning_dir)
+    source, seeds = load_problem_source("gen:single_digit_sum"), heldout_seeds(4, start=710_000)
+    report = evaluate_first_answers(model, tokenizer, source, seeds, k=4, temperature=1.0, batch_size=4)
+    for seed, record in zip(seeds, report.records, strict=True):
+        prompt = solver_prompt_ids(tokenizer, source.by_seed(seed), tool_callables(), 1, "debate")
+        with torch.inference_mode():
+            out = model.generate(input_ids=torch.tensor([prompt]), max_new_tokens=96, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        assert record.tokens == out.shape[1] - len(prompt)
+        assert len(record.sample_tokens) == 4 and all(1 <= t <= 96 for t in record.sample_tokens)
+        for m in range(1, 5):
+            given = [a for a in record.sample_answers[:m] if a is not None]
+            if not given:
+                assert not record.majority_correct[m - 1]
+                continue
+            counts = Counter(given)
+            top = max(counts.values())
+            winner = next(a for a in given if counts[a] == top)
+            assert record.majority_correct[m - 1] == (winner == record.gold), (m, record.sample_answers, record.gold)
+    assert report.majority_accuracy_by_k == [sum(r.majority_correct[m] for r in report.records) / 4 for m in range(4)]
+    assert report.majority_accuracy_by_k[0] == pytest.approx(
+        sum(r.sample_correct[0] for r in report.records) / 4)  # a vote of one sample is that sample
+    assert report.mean_tokens == sum(r.tokens for r in report.records) / 4
+    assert report.mean_sample_tokens == sum(t for r in report.records for t in r.sample_tokens) / 16
+    single = evaluate_episodes(model, tokenizer, source, seeds, batch_size=4, mode="single")
+    greedy_single = evaluate_first_answers(model, tokenizer, source, seeds, batch_size=4, mode="single")
+    assert single.mean_tokens == greedy_single.mean_tokens > 0
+    debates = evaluate_episodes(model, tokenizer, source, seeds, batch_size=4)
+    assert debates.mean_tokens > report.mean_tokens  # a debate costs its first answer and more turns
