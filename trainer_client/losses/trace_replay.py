@@ -90,6 +90,10 @@ __all__ = ["ReferenceSyncCallback", "ReplayConfig", "TraceReplayDPO", "replay_pa
 
 #: the file, in a checkpoint's ``mathdebate/`` folder, that holds the following reference's weights
 REFERENCE_FILE = "replay_reference.pt"
+#: Our state's folder inside a checkpoint: ``trainer_client.training.checkpoints.RANK_DIR`` (a higher
+#: layer, which this one may not import; tests/trainer_client/losses/test_replay_learning.py checks they agree).
+CHECKPOINT_STATE_DIR = "mathdebate"
+
 
 log = logging.getLogger(__name__)
 
@@ -357,10 +361,8 @@ class TraceReplayDPO(LossChannel):
         if self._following is not None:
             from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-            from trainer_client.training.checkpoints import RANK_DIR
-
             folder = (Path(self.trainer.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.trainer.state.global_step}"
-                      / RANK_DIR)
+                      / CHECKPOINT_STATE_DIR)
             if self.trainer.accelerator.is_main_process:  # every process's reference is the same
                 folder.mkdir(parents=True, exist_ok=True)
                 torch.save(self._following.state_dict(), folder / REFERENCE_FILE)

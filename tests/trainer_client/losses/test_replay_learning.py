@@ -404,3 +404,10 @@ def test_valid_settings_load() -> None:
     # a tiny model's default teachers are added only where pairs need teachers
     assert load_config(None, None, {"replay.beta": 0.05, "replay.pair_source": "group"}).replay.teachers == []
     assert len(load_config(None, None, {"replay.beta": 0.05}).replay.teachers) >= 2
+
+
+def test_the_reference_is_saved_in_our_checkpoint_state_folder() -> None:
+    from trainer_client.losses.trace_replay import CHECKPOINT_STATE_DIR
+    from trainer_client.training.checkpoints import RANK_DIR
+
+    assert CHECKPOINT_STATE_DIR == RANK_DIR  # the loss layer may not import the training layer's constant
