@@ -42,6 +42,7 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
     Raises:
         KeyError: a run's mode has no starting-policy figures in ``befores``.
     """
+    from trainer_client.ablation.debate_vs_single import EFFECT_NAME, debate_vs_single
     from trainer_client.ablation.stats import mean_interval, paired_gain
     from trainer_client.evaluation.policy_eval import ACCURACY_METRICS
 
@@ -77,6 +78,10 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
             "rl_seconds": [r.rl_seconds for r in runs],
             # per seed, the tokens the run's policy sampled in training (the compute arms are compared at)
             "tokens_sampled": [sum(line.get("tokens/sampled", 0.0) for line in r.curve) for r in runs],
+            # per seed, what one held-out answer or debate costs at inference (generated tokens, means)
+            "inference_tokens_after": {key: [r.heldout.get(key) for r in runs]
+                                       for key in ("first_answer_tokens", "sample_tokens", "debate_tokens")},
+            "majority_accuracy_by_k_after": [r.heldout.get("majority_accuracy_by_k") for r in runs],
             "steps": [r.steps for r in runs],
             "gold_supervised": any(r.gold_supervised for r in runs),
             "pairs_stored": [r.pairs_stored for r in runs],
@@ -86,6 +91,11 @@ def write_ablation_report(out: Path, protocol: dict[str, Any],
         })
         summary["arms"][name] = entry
     summary["effects"] = channel_effects(arms)
+    summary["debate_vs_single"] = debate_vs_single(arms)
+    for name, pair in summary["debate_vs_single"].items():  # the headline effect beside the channels'
+        label = EFFECT_NAME if name == "baseline+own_outcome" or name == "baseline" else f"{EFFECT_NAME} [{name}]"
+        summary["effects"][label] = {"mean": pair["mean"], "by_seed_ci95": pair["by_seed_ci95"], "by_problem_ci95": None,
+                                     "seeds": pair["seeds"], "sampled": None, "equal_tokens": pair["equal_tokens"]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     _ablation_plot(out / "report.png", arms, befores[first_mode][0], controls)
     (out / "report.md").write_text(_ablation_markdown(summary, arms, befores))
@@ -172,6 +182,35 @@ def _control_seeds_note(protocol: dict[str, Any]) -> str:
     return "" if k is None or k >= protocol["seeds"] else f" (the trained controls on the first {k})"
 
 
+def _debate_vs_single_lines(pairs: dict[str, dict[str, Any]]) -> list[str]:
+    """The report's section on debate against single-agent training (per seed, then the effect)."""
+    if not pairs:
+        return []
+    lines = ["## Debate against single-agent training, at equal inference tokens", "",
+             "The debate's final answer against the single-trained solver's greedy first answer and its majority "
+             "vote over as many samples as fit in a debate's inference tokens (`k`; capped at the samples drawn "
+             "where marked). Accuracy in percent; tokens sampled in training, debate / single.", "",
+             "| debate arm | seed | debate final | single greedy | single majority@k | k | tokens sampled |",
+             "|---|---|---|---|---|---|---|"]
+    for name, pair in pairs.items():
+        for i, seed in enumerate(pair["seeds"]):
+            debate, single = pair["tokens_sampled"][i]
+            lines.append(f"| {name} | {seed} | {_pct(pair['debate_final_accuracy'][i])} | "
+                         f"{_pct(pair['single_accuracy'][i])} | {_pct(pair['single_majority_accuracy'][i])} | "
+                         f"{pair['k'][i]}{' (capped)' if pair['k_capped'][i] else ''} | {debate:,.0f} / {single:,.0f} |")
+    lines.append("")
+    for name, pair in pairs.items():
+        low, high = pair["by_seed_ci95"]
+        compute = "equal sampled tokens" if pair["equal_tokens"] else "sampled tokens NOT equal (see the table)"
+        lines.append(f"- **{name}**: debate final − max(single greedy, single majority) = "
+                     f"**{100 * pair['mean']:+.1f}** [{100 * low:+.1f}, {100 * high:+.1f}] points over "
+                     f"{len(pair['seeds'])} seeds ({compute}); against the greedy answer alone "
+                     f"{100 * pair['vs_greedy']['mean']:+.1f}, against the majority vote alone "
+                     f"{100 * pair['vs_majority']['mean']:+.1f}.")
+    lines.append("")
+    return lines
+
+
 def _pct(fraction: float | None) -> str:
     """A fraction as a percentage with one decimal, ``-`` when unknown."""
     return "-" if fraction is None else f"{100 * fraction:.1f}"
@@ -240,9 +279,10 @@ def _ablation_markdown(summary: dict[str, Any], arms: dict[str, list[Any]],
                     continue
                 seed_ci, problem_ci = figures["by_seed_ci95"], figures["by_problem_ci95"]
                 cells += [f"{100 * figures['mean']:+.1f}", f"[{100 * seed_ci[0]:+.1f}, {100 * seed_ci[1]:+.1f}]",
-                          f"[{100 * problem_ci[0]:+.1f}, {100 * problem_ci[1]:+.1f}]"]
+                          "-" if problem_ci is None else f"[{100 * problem_ci[0]:+.1f}, {100 * problem_ci[1]:+.1f}]"]
             lines.append(f"| {name} | {' | '.join(cells)} | {len(effect['seeds'])} |")
         lines.append("")
+    lines += _debate_vs_single_lines(summary.get("debate_vs_single") or {})
     replay_rows = [(name, figures) for name, arm in summary["arms"].items()
                    for figures in arm.get("replay_by_seed", []) if figures]
     if replay_rows:

@@ -238,9 +238,13 @@ def test_report_files_and_summary_fields(tmp_path):
                            pass_at_k=0.6, sample_accuracy=0.15, sample_valid_rate=0.8, seconds=3.0, records=[])
 
     def run(arm, seed, correct_n, mode="debate"):
-        curve = [{"step": s, "debate/reward/solver": 0.2 + 0.05 * s + 0.01 * seed, "step_time": 1.0} for s in (1, 2, 3)]
+        curve = [{"step": s, "debate/reward/solver": 0.2 + 0.05 * s + 0.01 * seed, "step_time": 1.0,
+                  "tokens/sampled": 100.0} for s in (1, 2, 3)]
         heldout = {"accuracy": correct_n / n, "valid_rate": 1.0, "accuracy_valid": correct_n / n, "pass_at_k": 0.9,
-                   "episode_reward": correct_n / n - 0.05, "finished_rate": 1.0}
+                   "episode_reward": correct_n / n - 0.05, "finished_rate": 1.0,
+                   # a debate costs 90 or 100 generated tokens, a single sample 30: 3 samples fit either way
+                   "debate_tokens": 90.0 + 10 * seed, "sample_tokens": 30.0,
+                   "majority_accuracy_by_k": [0.5, 0.55, 0.62, 0.6, 0.64, 0.66, 0.65, 0.67]}
         return RunResult(arm, seed, 100.0, 3, False, curve, {"step_time": 1.0}, 0.0, heldout,
                          [i < correct_n for i in range(n)], mode)
 
@@ -271,8 +275,21 @@ def test_report_files_and_summary_fields(tmp_path):
     assert summary["arms"]["shuffled"]["accuracy_after"] == pytest.approx(0.225)
     assert summary["arms"]["baseline"]["episode_reward_before"] == pytest.approx(0.15)
     assert summary["arms"]["baseline"]["episode_reward_after"] == pytest.approx(0.5)
+    # debate against single-agent training at equal inference tokens (issue 55): debate final 45 and 55 against
+    # max(single greedy 60, single majority over 3 samples 62), per seed
+    pair = summary["debate_vs_single"]["baseline"]
+    assert pair["seeds"] == [0, 1] and pair["k"] == [3, 3] and pair["k_capped"] == [False, False]
+    assert pair["single_majority_accuracy"] == pytest.approx([0.62, 0.62])
+    assert pair["by_seed"] == pytest.approx([0.45 - 0.62, 0.55 - 0.62]) and pair["mean"] == pytest.approx(-0.12)
+    assert pair["vs_greedy"]["mean"] == pytest.approx(-0.1) and pair["equal_tokens"]
+    low, high = pair["by_seed_ci95"]
+    assert low < -0.12 < high
+    assert summary["effects"]["debate - single (equal tokens)"]["mean"] == pytest.approx(-0.12)
+    assert summary["arms"]["baseline"]["inference_tokens_after"]["debate_tokens"] == [90.0, 100.0]
     report = (tmp_path / "report.md").read_text()
     assert "| baseline | 20.0 | 55.0 (50.0, 60.0) |" in report and "best constant (9) | 5.0 |" in report
+    assert "| baseline | 0 | 45.0 | 60.0 | 62.0 | 3 | 300 / 300 |" in report
+    assert "debate final − max(single greedy, single majority) = **-12.0**" in report
     assert "| baseline+single | 50.0 | 60.0 (60.0, 60.0) |" in report and "debate 20.0, single 50.0" in report
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
