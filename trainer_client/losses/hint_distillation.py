@@ -46,7 +46,13 @@ from trainer_client.losses.base import LossChannel, LossContext, ScoredBatch, re
 from trainer_client.losses.functional import chunked_jsd_loss, masked_jsd_loss
 from trainer_client.losses.replay_pairs import as_policy_writes, tool_call_message, tool_call_response_ids
 from trainer_client.losses.settings import SUCCESSFUL_TEMPLATE, SDPOConfig
-from trainer_client.model.forward import pack_responses, response_hidden, response_hidden_after_prefix, response_logits
+from trainer_client.model.forward import (
+    head_logps,
+    pack_responses,
+    response_hidden,
+    response_hidden_after_prefix,
+    response_logits,
+)
 from trainer_client.rollout.branches import reply_action
 from trainer_client.rollout.tools import FORFEIT_ACTION
 from trainer_client.trl_compat import CapturedForward, reference_adapter, restore_class_forward
@@ -155,6 +161,7 @@ class SDPOHintDistillation(LossChannel):
         self.teacher_model: torch.nn.Module | None = None
         self._sibling_hints = 0  # sites whose hint shows a successful sibling's action, this batch
         self._monitor: dict[str, float] = {}  # the teacher's measured advantage on the last batch's sites
+        self._gate_counts = (0, 0)  # sites kept by sdpo.gate, sites gated, in the current micro-batch
 
     def bind(self, trainer: Any) -> None:
         """Keep the trainer's processor, chat template and accelerator; tokenise the generation
@@ -408,13 +415,15 @@ class SDPOHintDistillation(LossChannel):
     def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
              context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
         router = getattr(self.trainer, "role_router", None)
+        self._gate_counts = (0, 0)
         if router is not None and router.adapter_routes:  # per-role adapters: each site under its role's
             value = self.routed_site_loss(model, inputs, router)
         else:
             value = self.site_loss(model, inputs, context.policy_forward)
         sites = self.sites(inputs)
+        gated = {"sdpo/gate_kept": float(self._gate_counts[0])} if self.config.gate != "none" else {}
         return value, {self.metric: 0.0 if value is None else value.item(), "sdpo/sites": float(len(sites)),
-                       "sdpo/site_tokens": float(sum(end - start for _, start, end, _ in sites))}
+                       "sdpo/site_tokens": float(sum(end - start for _, start, end, _ in sites)), **gated}
 
     def sites(self, inputs: dict[str, Any]) -> list[tuple[int, int, int, str]]:
         """The micro-batch's distilled sites: ``(row, start, end, hint key)`` with ``start``/``end``
@@ -481,27 +490,48 @@ class SDPOHintDistillation(LossChannel):
             student_hidden = response_hidden(unwrapped, pack_responses(contexts, responses, pad, device))
         teacher_hidden, teacher_logits = self._teacher_side(unwrapped, teacher, policy_forward, sites, contexts,
                                                             insertions, responses, prompt_width)
+        mask = teacher.mask
+        if self.config.gate == "teacher_disagrees":
+            kept = self._teacher_disagrees(unwrapped, student_hidden, teacher_hidden, teacher_logits, teacher)
+            self._gate_counts = (self._gate_counts[0] + int(kept.sum()), self._gate_counts[1] + len(kept))
+            if not kept.any():
+                return None
+            mask = mask & kept[:, None]
+        head = cast("torch.nn.Module", unwrapped.get_output_embeddings())
         if teacher_logits is not None:  # a teacher with a head of its own (a copy's): the logits in full
-            student_head = cast("torch.nn.Module", unwrapped.get_output_embeddings())
-            return masked_jsd_loss(student_head(student_hidden), teacher_logits, teacher.mask,
-                                   beta=self.config.jsd_beta, temperature=self.config.temperature,
-                                   token_clip=self.config.token_clip)
-        head = unwrapped.get_output_embeddings()
+            return masked_jsd_loss(head(student_hidden), teacher_logits, mask, beta=self.config.jsd_beta,
+                                   temperature=self.config.temperature, token_clip=self.config.token_clip)
         if self.config.backend == "liger":
             from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
 
             loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=self.config.jsd_beta,
                                               temperature=self.config.temperature, compiled=False)
-            mask = teacher.mask
             return loss_fn(student_hidden[mask], head.weight, teacher_hidden[mask], head.weight, teacher.labels[mask])
         if getattr(head, "bias", None) is None:  # the erring tokens' logits a block at a time, never (n, L, V)
-            mask = teacher.mask
-            return chunked_jsd_loss(student_hidden[mask], teacher_hidden[mask], head.weight, beta=self.config.jsd_beta,
+            weight = cast("torch.Tensor", head.weight)
+            return chunked_jsd_loss(student_hidden[mask], teacher_hidden[mask], weight, beta=self.config.jsd_beta,
                                     temperature=self.config.temperature, token_clip=self.config.token_clip)
         with torch.no_grad():  # a head with a bias: full logits
             teacher_logits = head(teacher_hidden)
-        return masked_jsd_loss(head(student_hidden), teacher_logits, teacher.mask, beta=self.config.jsd_beta,
+        return masked_jsd_loss(head(student_hidden), teacher_logits, mask, beta=self.config.jsd_beta,
                                temperature=self.config.temperature, token_clip=self.config.token_clip)
+
+    def _teacher_disagrees(self, unwrapped: Any, student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                           teacher_logits: torch.Tensor | None, teacher: Any) -> torch.Tensor:
+        """``sdpo.gate: teacher_disagrees``: ``(n,)`` bool, whether at each site the teacher gives
+        the student's own sampled tokens of the erring turn a lower mean log-prob than the student
+        does, ``mean_j (log p_T(y_j) − log p_S(y_j)) < 0`` (no gradient; a gold-free test that the
+        hint moves the teacher away from the error)."""
+        labels, mask = teacher.labels, teacher.mask
+        with torch.no_grad():
+            student = head_logps(unwrapped, student_hidden.detach(), labels, mask)
+            if teacher_logits is not None:
+                own = torch.log_softmax(teacher_logits.float(), -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+                teacher_logps = own * mask
+            else:
+                teacher_logps = head_logps(unwrapped, teacher_hidden, labels, mask)
+            tokens = mask.sum(-1).clamp(min=1)
+            return ((teacher_logps - student) * mask).sum(-1) / tokens < 0
 
     def _teacher_side(self, unwrapped: Any, teacher: Any, policy_forward: CapturedForward | None,
                       sites: list[tuple[int, int, int, str]], contexts: list[list[int]],

@@ -75,6 +75,12 @@ class SDPOConfig(BaseModel):
         failed_only: distil only the sites of rollouts whose episode reward is below 1 (SRPO's
             routing of failed samples to distillation, arXiv 2604.02288, at the rollout level;
             an erring turn that the debate repaired is left to GRPO).
+        gate: which sites are distilled. ``"none"``: all. ``"teacher_disagrees"``: only those
+            where the teacher, shown the hint, gives the student's own sampled tokens of the
+            erring turn a lower mean log-prob than the student does (the hint moves it away from
+            the error; a gold-free stand-in for "the teacher is measured better", which the
+            channels audit found true at only 42% of sites); ``sdpo/gate_kept`` counts the kept
+            sites per micro-batch.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -93,6 +99,7 @@ class SDPOConfig(BaseModel):
     teacher_update_rate: float = Field(default=0.05, gt=0, le=1)
     use_successful_as_teacher: bool = False
     failed_only: bool = False
+    gate: Literal["none", "teacher_disagrees"] = "none"
 
     @model_validator(mode="after")
     def _check(self) -> SDPOConfig:

@@ -79,8 +79,11 @@ def test_a_base_teacher_is_the_step_zero_policy_and_live_is_the_current_one(tiny
     assert losses["base"] != pytest.approx(losses["live"], rel=1e-3)
 
 
-def test_an_ema_teacher_moves_by_the_update_rate_after_each_optimizer_step(model_and_tokenizer, tmp_path) -> None:
-    model, tokenizer = model_and_tokenizer
+def test_an_ema_teacher_moves_by_the_update_rate_after_each_optimizer_step(model_and_tokenizer, tiny_model_dir,
+                                                                           tmp_path) -> None:
+    _, tokenizer = model_and_tokenizer
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # its own copy: the shared fixture stays unmoved
+    model.train()
     trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path,
                            sdpo=SDPOConfig(alpha=0.1, teacher_model_kind="ema", teacher_update_rate=0.25), hints=HINTS)
     channel = trainer.hint_distillation
@@ -221,3 +224,44 @@ def test_the_teachers_advantage_at_the_right_token_is_logged_by_hand(model_and_t
                          hints=HINTS)
     plain.hint_distillation.prepare(ScoredBatch(dict(output), scored.records, [None, None], segments, [], "train", 0))
     assert plain.hint_distillation.batch_metrics() == {}
+
+
+def test_the_gate_keeps_the_sites_where_the_teacher_disagrees_with_the_error(model_and_tokenizer, tmp_path) -> None:
+    """``sdpo.gate: teacher_disagrees``: a site is distilled only where the hinted teacher's mean
+    log-prob of the student's own erring tokens is below the student's; the loss is the JSD over
+    the kept sites' tokens alone (both recomputed here with plain forwards)."""
+    model, tokenizer = model_and_tokenizer
+    trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path,
+                           sdpo=SDPOConfig(alpha=0.1, restate=False, gate="teacher_disagrees"), hints=HINTS)
+    channel = trainer.hint_distillation
+    batch = make_batch(tokenizer, sites=[[(3, 9, "solver/wrong_answer")], [(0, 4, "solver/wrong_answer")]])
+    # turns for which the hint lowers the first site's tokens and raises the second's (found by trying seeds)
+    batch["completion_ids"] = torch.randint(10, len(tokenizer) - 1, (2, 12), generator=torch.Generator().manual_seed(1))
+    pad = tokenizer.pad_token_id
+    kept, s_logits, t_logits, masks = [], [], [], []
+    for row, start, end, key in channel.sites(batch):
+        context = batch["prompt_ids"][row].tolist() + batch["completion_ids"][row][:start].tolist()
+        own = batch["completion_ids"][row][start:end].tolist()
+        with torch.no_grad():
+            student = pack_responses([context], [own], pad, torch.device("cpu"))
+            teacher = pack_responses([channel.with_hint(context, key)], [own], pad, torch.device("cpu"))
+            s = model.get_output_embeddings()(response_hidden(model, student)).float()
+            t = model.get_output_embeddings()(response_hidden(model, teacher)).float()
+        gap = (torch.log_softmax(t, -1) - torch.log_softmax(s, -1)).gather(-1, torch.tensor([[own]]).transpose(1, 2))
+        kept.append(float(gap.mean()) < 0)
+        s_logits.append(s[0])
+        t_logits.append(t[0])
+        masks.append(torch.ones(len(own), dtype=torch.bool))
+    value = trainer.compute_loss(model, dict(batch))
+    assert value is not None
+    metrics = trainer._metrics["train"]
+    assert kept == [True, False] and metrics["sdpo/gate_kept"] == [1.0]
+    chosen = [0]
+    width = max(len(s_logits[i]) for i in chosen)
+
+    def padded(rows: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack([torch.cat([r.new_zeros(width - len(r), *r.shape[1:]), r]) for r in rows])
+
+    expected = masked_jsd_loss(padded([s_logits[i] for i in chosen]), padded([t_logits[i] for i in chosen]),
+                               padded([masks[i] for i in chosen]), beta=0.5).item()
+    assert metrics["loss/sdpo_jsd"][-1] == pytest.approx(expected, rel=1e-4, abs=1e-6)
