@@ -161,7 +161,7 @@ class SDPOHintDistillation(LossChannel):
         self.teacher_model: torch.nn.Module | None = None
         self._sibling_hints = 0  # sites whose hint shows a successful sibling's action, this batch
         self._monitor: dict[str, float] = {}  # the teacher's measured advantage on the last batch's sites
-        self._gate_counts = (0, 0)  # sites kept by sdpo.gate, sites gated, in the current micro-batch
+        self._gate_counts = (0, 0)  # sdpo.gate: (sites kept, sites tested) in the current micro-batch
 
     def bind(self, trainer: Any) -> None:
         """Keep the trainer's processor, chat template and accelerator; tokenise the generation
