@@ -47,7 +47,7 @@ class RolePlayers(torch.nn.Module):
             raise ValueError("RolePlayers needs at least one player")
         self.players = dict(players)
         models = list({id(model): model for model, _ in self.players.values()}.values())
-        self.models = torch.nn.ModuleList(models)  # train()/eval() reach every player's model
+        self.models = torch.nn.ModuleList(models)  # train(mode) reaches every player's model
         self.active: torch.nn.Module = models[0]
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
