@@ -45,6 +45,12 @@ Three settings let the pairs be learned while GRPO moves the policy (issue 56):
 - ``replay.pair_source``: pairs from the policy's own GRPO group (a right first turn against a
   wrong one on the same prompt tokens, :meth:`TraceReplayDPO.store_group_pairs`), with or
   without the teachers'.
+
+Why this module is longer than 500 lines: one channel's pairs (from teachers and from groups),
+its two references (the start, the following one) and its held-out monitor share the pairs'
+reference bookkeeping (``ref_sync``, per-token references, the draw counts) in one class; the
+split that keeps that bookkeeping in one place (the following reference and group pairs into
+their own modules, the class delegating) is the next tidy-up, named in the issue-56 note.
 """
 
 from __future__ import annotations

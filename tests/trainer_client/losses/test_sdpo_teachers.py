@@ -21,8 +21,9 @@ from env_server.protocol.models import CounterfactualFacts, EpisodeRewards, Turn
 from trainer_client.config import SDPOConfig, load_config
 from trainer_client.losses.base import ScoredBatch
 from trainer_client.losses.functional import masked_jsd_loss
-from trainer_client.losses.hint_distillation import SITES, _EMATeacherCallback
+from trainer_client.losses.hint_distillation import SITES
 from trainer_client.losses.replay_pairs import tool_call_message, tool_call_response_ids
+from trainer_client.losses.sdpo_teacher import EMATeacherCallback
 from trainer_client.losses.settings import SUCCESSFUL_TEMPLATE
 from trainer_client.model.forward import pack_responses, response_hidden
 from trainer_client.rollout.branches import reply_action
@@ -87,7 +88,7 @@ def test_an_ema_teacher_moves_by_the_update_rate_after_each_optimizer_step(model
     trainer = make_trainer(DebateGRPOTrainer, model, tokenizer, tmp_path,
                            sdpo=SDPOConfig(alpha=0.1, teacher_model_kind="ema", teacher_update_rate=0.25), hints=HINTS)
     channel = trainer.hint_distillation
-    (callback,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, _EMATeacherCallback)]
+    (callback,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, EMATeacherCallback)]
     before = [p.detach().clone() for p in channel.teacher_model.parameters()]
     _perturb(model, 2)
     state = TrainerState()
