@@ -14,6 +14,17 @@ MATH500 = SHARED_DATA / "math500.jsonl"
 GSM8K = SHARED_DATA / "gsm8k_test.jsonl"
 
 
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules holding a test marked ``slow`` first, each module's own order kept.
+
+    ``scripts/test.sh`` runs the suite with pytest-xdist's ``--dist loadfile``, which hands whole
+    modules to the workers in collection order: putting the longest first (longest-processing-
+    time-first scheduling) keeps one worker from starting a two-minute module while the others
+    have run dry. In one process the order changes nothing else (no test depends on another)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # a stable sort: each module's order is kept
+
+
 @pytest.fixture(scope="session")
 def math500_path() -> Path:
     if not MATH500.exists():

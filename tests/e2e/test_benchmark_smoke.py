@@ -21,6 +21,7 @@ from env_server.debate.problems import load_problem_source
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_trainer_step_benchmark_reports_each_pair_count(tiny_model_dir) -> None:
     done = subprocess.run(
         [sys.executable, "benchmarks/trainer_step.py", "--repeats", "1", "--rows", "4", "--prompt-len", "16",
@@ -56,6 +57,7 @@ def test_trainer_step_benchmark_reports_each_pair_count(tiny_model_dir) -> None:
         assert result["jsd_memory_ratio"] > 0
 
 
+@pytest.mark.slow
 def test_trainer_overhead_benchmark_runs_the_three_arms_at_the_tiny_shape(tiny_model_dir, tmp_path) -> None:
     """``benchmarks/trainer_overhead.py --shape tiny``: plain TRL, GRPO-only and both channels,
     each in its own process against one server, with matching TRL arguments; the full arm ran

@@ -111,6 +111,7 @@ def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
                                             **(env or {})})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "mistake", "args", "word"), CASES,
                          ids=[f"{c}-{m.replace(' ', '-')}" for c, m, _, _ in CASES])
 def test_a_mistake_is_one_line_and_exit_2(places, command: str, mistake: str, args: list[str], word: str) -> None:

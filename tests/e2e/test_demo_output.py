@@ -15,6 +15,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import pytest
+
 import env_server
 import trainer_client
 from trainer_client.cli import main
@@ -28,6 +30,7 @@ def _ours(filename: str) -> bool:
     return any(path.is_relative_to(package) for package in OURS)
 
 
+@pytest.mark.slow
 def test_the_demo_shows_no_weight_bars_and_our_code_raises_no_deprecation(tmp_path, capfd):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

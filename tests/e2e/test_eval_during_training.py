@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from env_server.cli import running_server
@@ -58,6 +59,7 @@ def _figures(model_dir: Path | str, config) -> dict[str, float]:
     return ValidationEvaluation.from_config(config)(model, tokenizer)
 
 
+@pytest.mark.slow
 def test_evaluation_during_training_measures_the_policy_and_leaves_training_bit_identical(tmp_path) -> None:
     with running_server(["--grading-workers", "1", "--problems", DEMO_TRAIN_PROBLEMS]) as url:
         off = run_training(_config(tmp_path / "off", url, 0), progress=False)

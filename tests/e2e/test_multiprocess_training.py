@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trainer_client.training.reporting import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_two_processes_train_together_and_keep_their_own_files(server_url, tiny_model_dir, tmp_path) -> None:
     out = tmp_path / "run"
     # `--model tiny` builds under the output directory's parent unless an up-to-date build is

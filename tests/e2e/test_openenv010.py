@@ -53,6 +53,7 @@ def _validate(bin_dir: Path, *args: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_stock_010_client_and_runtime_graders_pass(openenv010, server_url):
     result = _probe(openenv010, server_url)
     assert result["openenv_version"].startswith("0.10.")

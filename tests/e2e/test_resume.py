@@ -149,6 +149,7 @@ def _warnings(*runs: subprocess.CompletedProcess) -> str:
     return "\n".join(line for run in runs for line in run.stderr.splitlines() if " WARNING " in line)
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_from_its_last_complete_checkpoint_as_if_never_killed(tiny_model_dir, tmp_path) -> None:
     fingerprint = load_problem_source(None).fingerprint()
     # a server of its own: its session count shows what the killed trainer left open

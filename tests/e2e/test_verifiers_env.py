@@ -73,6 +73,7 @@ def _check_scores(url: str, episodes: dict[str, dict], answers: list[str]) -> No
             assert trace["metrics"]["turn_reward"] == record["turns"][trace["info"]["t"]]["reward"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # the first run builds verifiers' environment (tests/helpers/vf_eval.py): a minute or more cold
 def test_vf_eval_scores_debates_by_the_servers_grading_and_resumes_a_server_that_was_down(tmp_path) -> None:
     true_gold = _problems_file(tmp_path / "gold.jsonl", [answer for _, answer in PROBLEMS])

@@ -48,6 +48,8 @@ def compiled_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # its fixture compiles the wheel: 90 s alone, 200 s beside two other test workers
 def test_the_installed_server_imports_the_compiled_modules(compiled_site: Path) -> None:
     modules = _hot_path()
     assert len(modules) >= 10

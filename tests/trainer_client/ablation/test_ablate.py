@@ -318,6 +318,7 @@ LEARNING_CHECK_STEPS = 50
 LEARNING_CHECK_HELDOUT = 100
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ablate_defaults_run_the_recipe_and_it_learns_beyond_the_start_and_the_answer_only_controls(tmp_path):
     """The real command at CI scale with its defaults but half the steps: its own server on a real
@@ -402,6 +403,7 @@ def test_training_plot_draws_a_trailing_mean_over_noisy_rewards(tmp_path):
     assert widths == [1100, 1650]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_readme_four_arm_command_runs_at_tiny_size_with_teachers_that_can_be_wrong(tiny_model_dir, tmp_path):
     """``mathdebate ablate --arms baseline sdpo replay full --seeds 1`` for real at a tiny size

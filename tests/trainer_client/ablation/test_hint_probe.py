@@ -148,7 +148,7 @@ def test_the_probe_compares_hinted_and_unhinted_turns_at_the_error_sites(tiny_le
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)  # two warm-ups: 100 s alone, 250 s beside two other test workers
 def test_a_hint_following_warm_up_makes_the_hinted_policy_better_at_error_sites(tmp_path) -> None:
     """The cheap check that hint distillation has something to distil, before any RL: two tiny
     ``two_digit_sum`` models warmed up the same way (the ``tiny-sums`` size and tokenizer, 400
