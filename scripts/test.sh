@@ -5,13 +5,11 @@
 #   docs            mkdocs build --strict (scripts/docs.sh build; broken links and anchors fail it)
 #   vLLM            scripts/check_vllm_cpu.sh, in its own cached environment
 #   compose         scripts/check_compose.sh (`docker compose up` for real, where the machine allows)
-#   pytest          the test suite; arguments go to pytest
-# pytest runs in the foreground, in MATHDEBATE_PYTEST_WORKERS processes side by side (default 3);
-# the static checks, the docs, the compose check and the vLLM check's environment run in the
-# background beside it (the last two are mostly installs and image builds, waiting on the
-# registries and the disk); the vLLM tests run after pytest, on cores of their own. The output
-# is printed after pytest's, in the usual order of the summary. MATHDEBATE_SERIAL_PARTS=1 runs
-# the other parts one after another instead, before pytest.
+#   pytest          the test suite; arguments go to pytest (MATHDEBATE_PYTEST_WORKERS=N: N processes)
+# The vLLM and compose parts run in the background, beside the static checks, the docs and pytest
+# (they are mostly installs and image builds, waiting on the registries and the disk, which the
+# suite's CPU-bound tests leave room for); their output is printed after pytest's, in the usual
+# order of the summary. MATHDEBATE_SERIAL_PARTS=1 runs them one after another instead, before pytest.
 # A failing part does not stop the others. Each prints what failed: the static checks and pytest
 # their own reports, the docs build its warnings, the vLLM and compose checks each failing test's
 # (or step's) name and the first lines of its failure. Exit status: 0 when every part passed or
@@ -58,45 +56,24 @@ run_compose() {
     local t0; t0=$(date +%s)
     bash scripts/check_compose.sh > "$logs/compose.log" 2>&1; echo "$? $(( $(date +%s) - t0 ))" > "$logs/compose.rc"
 }
-# The static checks and the docs build: in the background too, beside pytest (CPU work that
-# needs no socket, where pytest's workers often wait on one); their sections print after pytest's.
-# mypy keeps its cache in the run's own folder: the compiled build's test runs mypy (mypyc) at
-# the same time, and two mypy processes must not write one cache.
-run_static() {
-    local t0 failed=(); t0=$(date +%s)
-    {
-        echo "ruff check:"; ruff check . || failed+=(ruff)
-        echo "mypy (strict for env_server):"; MYPY_CACHE_DIR="$logs/mypy-cache" mypy || failed+=(mypy)
-        echo "import contracts (import-linter, pyproject.toml [tool.importlinter]):"; lint-imports --no-cache || failed+=(lint-imports)
-    } > "$logs/static.log" 2>&1
-    echo "$(( $(date +%s) - t0 )) ${failed[*]}" > "$logs/static.rc"
-}
-run_docs() {
-    local t0; t0=$(date +%s)
-    bash scripts/docs.sh build > "$logs/docs.log" 2>&1; echo "$? $(( $(date +%s) - t0 ))" > "$logs/docs.rc"
-}
 want_vllm=false; want_compose=false
 { [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_VLLM_CPU:-}" != "1" ]; } && want_vllm=true
 { [ "${CI:-}" = "true" ] || [ "${MATHDEBATE_SKIP_COMPOSE:-}" != "1" ]; } && want_compose=true
 background_pids=()
+workers="${MATHDEBATE_PYTEST_WORKERS:-0}"
+vllm_after_pytest=false
+[ "$workers" != 0 ] && [ "${MATHDEBATE_SERIAL_PARTS:-}" != "1" ] && vllm_after_pytest=true
 if [ "${MATHDEBATE_SERIAL_PARTS:-}" = "1" ]; then
     $want_vllm && run_vllm
     $want_compose && run_compose
-    run_static; run_docs
 else
-    # the vLLM environment only: its tests run after pytest's (below). Beside three test
-    # workers, vLLM's engines doubled the slowest tests (past their timeouts) and timed out
-    # their own (a cold run, 2026-12-02: docs/testing.md)
-    if $want_vllm; then
+    if $want_vllm && $vllm_after_pytest; then  # only its environment now: its tests after pytest's
         { t0=$(date +%s); bash scripts/setup_vllm_cpu.sh > "$logs/vllm-env.out" 2> "$logs/vllm-env.err"
           echo "$? $(( $(date +%s) - t0 ))" > "$logs/vllm-env.rc"; } & vllm_env_pid=$!
         background_pids+=("$vllm_env_pid")
-    fi
+    elif $want_vllm; then run_vllm & background_pids+=($!); fi
     if $want_compose; then run_compose & background_pids+=($!); fi
-    run_static & static_pid=$!
-    run_docs & docs_pid=$!
-    background_pids+=("$static_pid" "$docs_pid")
-    echo "static checks, docs, the vLLM environment and the compose check started in the background (their output follows pytest's)"
+    [ ${#background_pids[@]} -gt 0 ] && echo "vLLM and compose checks started in the background (their output follows pytest's)"
 fi
 
 # verifiers' own environment (tests/helpers/vf_eval.py: verifiers pins an mcp the test extra's
@@ -104,55 +81,54 @@ fi
 # run vf-eval wait for it (a file lock) and report a failed build themselves.
 python tests/helpers/vf_eval.py > "$logs/verifiers-env.log" 2>&1 & background_pids+=($!)
 
-part "pytest"
-# Side by side in MATHDEBATE_PYTEST_WORKERS processes (pytest-xdist, default 3; 0 runs them in this
-# one): most tests wait on a server, a subprocess or a socket, so one process left a core idle.
-# --dist loadfile hands whole modules to the workers (a module's fixtures are built once), the
-# modules holding a test marked slow first (tests/conftest.py; xdist's own reorder, by the
-# number of tests in a module, is turned off). Each worker's torch uses one
-# thread (OMP_NUM_THREADS=1, as the multi-process trainings here already do): three workers and
-# the background parts on two cores, with two OpenMP threads each, spend their time spinning.
-# --durations: the slowest tests, printed with the summary, to keep the suite within its budget.
-workers="${MATHDEBATE_PYTEST_WORKERS:-3}"
-xdist=(-n "$workers"); [ "$workers" != 0 ] && xdist+=(--dist loadfile --no-loadscope-reorder)
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q "${xdist[@]}" --durations=25 "$@" 2>&1 | tee "$logs/pytest.log"
-pytest_rc=${PIPESTATUS[0]}
-counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
-         | sed -E 's/^=+ //; s/ =+$//')
-pytest_seconds=$(( $(date +%s) - PART_T ))
-[ "$pytest_rc" -eq 0 ] && pytest_status=passed || pytest_status=FAILED
+part "static checks"
+static_failed=()
+echo "ruff check:"; ruff check . || static_failed+=(ruff)
+echo "mypy (strict for env_server):"; mypy || static_failed+=(mypy)
+echo "import contracts (import-linter, pyproject.toml [tool.importlinter]):"; lint-imports --no-cache || static_failed+=(lint-imports)
+if [ ${#static_failed[@]} -eq 0 ]; then done_part passed "ruff, mypy, lint-imports"; else done_part FAILED "${static_failed[*]} failed (above)"; fi
 
-# the background parts: the static checks and the docs first (the summary keeps the parts' order)
-# part_from NAME SECONDS: a part that ran elsewhere, its own wall time
-part_from() { PART=$1; PART_T=$(( $(date +%s) - $2 )); echo; echo "=== $PART ==="; }
-[ -n "${static_pid:-}" ] && wait "$static_pid"
-part_from "static checks" "$(cut -d' ' -f1 "$logs/static.rc")"
-cat "$logs/static.log"
-static_failed=$(cut -d' ' -f2- -s "$logs/static.rc")
-if [ -z "$static_failed" ]; then done_part passed "ruff, mypy, lint-imports"; else done_part FAILED "$static_failed failed (above)"; fi
-[ -n "${docs_pid:-}" ] && wait "$docs_pid"
-part_from "docs" "$(cut -d' ' -f2 "$logs/docs.rc")"
-if [ "$(cut -d' ' -f1 "$logs/docs.rc")" -eq 0 ]; then
-    echo "mkdocs build --strict: passed"
+part "docs"
+if bash scripts/docs.sh build > "$logs/docs.log" 2>&1; then
     done_part passed "mkdocs build --strict: $(grep -oE 'built in [0-9.]+ seconds' "$logs/docs.log" | tail -1)"
 else
     # the warnings and errors that failed the strict build (not its INFO lines)
     grep -vE '^INFO' "$logs/docs.log" | head -n 40
     done_part FAILED "mkdocs build --strict (warnings above)"
 fi
-PART=pytest; PART_T=$(( $(date +%s) - pytest_seconds )); done_part "$pytest_status" "$counts"
 
-# the vLLM tests, now that pytest's workers are done (their environment was built beside them)
-if $want_vllm && [ "${MATHDEBATE_SERIAL_PARTS:-}" != "1" ]; then
+part "pytest"
+# MATHDEBATE_PYTEST_WORKERS=N (default 0: one process) runs the suite in N processes side by side
+# (pytest-xdist, --dist loadfile: a module's fixtures are built once; the modules holding a test
+# marked slow first, tests/conftest.py, with xdist's own reorder off), each worker's torch on one
+# thread; the vLLM tests then wait for pytest (their environment is still built beside it).
+# Measured (docs/testing.md): warm, with no other part beside it, 3 workers took pytest from
+# 1,615 s to 884 s; cold on 2 cores, beside the installs and image builds, the run is CPU-bound,
+# the slowest tests doubled past their timeouts and the whole took longer, so the default stays
+# one process. --durations: the slowest tests, printed with the summary.
+xdist=()
+if [ "$workers" != 0 ]; then
+    xdist=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+    export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+fi
+python -m pytest -q "${xdist[@]}" --durations=25 "$@" 2>&1 | tee "$logs/pytest.log"; pytest_rc=${PIPESTATUS[0]}
+counts=$(grep -E '^=*.* (passed|failed|error|errors|skipped|deselected|no tests ran)( |,|=|$)' "$logs/pytest.log" | tail -1 \
+         | sed -E 's/^=+ //; s/ =+$//')
+if [ "$pytest_rc" -eq 0 ]; then done_part passed "$counts"; else done_part FAILED "$counts"; fi
+
+# with test workers, the vLLM tests now (their environment was built beside pytest)
+if $want_vllm && $vllm_after_pytest; then
     wait "$vllm_env_pid" 2>/dev/null
     run_vllm
 fi
 
 # the background parts: wait for them, then print their sections
-[ ${#background_pids[@]} -gt 0 ] && wait "${background_pids[@]}" 2>/dev/null  # (static and docs already waited for)
+[ ${#background_pids[@]} -gt 0 ] && wait "${background_pids[@]}" 2>/dev/null  # (the vLLM environment may be waited for already)
+# done_part of a part that ran elsewhere: its own wall time, from its .rc file
+part_from() { PART=$1; PART_T=$(( $(date +%s) - $(cut -d' ' -f2 "$2") )); echo; echo "=== $PART ==="; }
 
 if $want_vllm; then
-    part_from "vLLM" "$(cut -d' ' -f2 "$logs/vllm.rc")"; vllm_rc=$(cut -d' ' -f1 "$logs/vllm.rc")
+    part_from "vLLM" "$logs/vllm.rc"; vllm_rc=$(cut -d' ' -f1 "$logs/vllm.rc")
     [ -f "$logs/vllm-env.rc" ] && echo "the vLLM environment: built beside pytest in $(cut -d' ' -f2 "$logs/vllm-env.rc") s (exit $(cut -d' ' -f1 "$logs/vllm-env.rc")); the tests after pytest:"
     grep -E '^(vLLM \(|vllm serve start|vllm teacher:|vllm harness:|vllm verifiers:)' "$logs/vllm.err" | awk '!seen[$0]++' || true  # the tests' measured figures, once
     cat "$logs/vllm.out"
@@ -169,7 +145,7 @@ else
 fi
 
 if $want_compose; then
-    part_from "compose" "$(cut -d' ' -f2 "$logs/compose.rc")"; compose_rc=$(cut -d' ' -f1 "$logs/compose.rc")
+    part_from "compose" "$logs/compose.rc"; compose_rc=$(cut -d' ' -f1 "$logs/compose.rc")
     line=$(grep -E '^compose check: (passed|FAILED|skipped)' "$logs/compose.log" | tail -1)
     if [ "$compose_rc" -eq 0 ]; then
         echo "$line"

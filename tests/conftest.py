@@ -24,11 +24,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Modules holding a test marked ``slow`` first, the one allowed the longest (its ``timeout``
     mark) first among them; each module's own order kept.
 
-    ``scripts/test.sh`` runs the suite with pytest-xdist's ``--dist loadfile
-    --no-loadscope-reorder``, which hands whole modules to the workers in collection order: the
+    Only in pytest-xdist's workers (``scripts/test.sh`` with ``MATHDEBATE_PYTEST_WORKERS``: ``--dist
+    loadfile --no-loadscope-reorder`` hands whole modules to the workers in collection order): the
     longest first (longest-processing-time-first scheduling) keeps one worker from starting a
-    four-minute module while the others have run dry. In one process the order changes nothing
-    else (no test depends on another)."""
+    four-minute module while the others have run dry. In one process the collection order stays:
+    there the slowest trainings run late, after the background parts' installs and image builds
+    have given the cores back."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
     weight: dict[object, float] = {}
     for item in items:
         if item.get_closest_marker("slow"):
