@@ -22,10 +22,6 @@ export MATHDEBATE_VLLM_CPU_CHECK=1
 src_hash=$(cat $(find trainer_client env_server -name '*.py' | sort) | sha256sum | cut -c1-12)
 export MATHDEBATE_TEST_TINY_MODEL="${MATHDEBATE_TEST_TINY_MODEL:-$cache_dir/tiny-model-$src_hash}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
-# vLLM's own switch for its CPU CI: dynamo with the eager backend instead of inductor, and no
-# warm-up run, so an engine starts without compiling kernels (each colocated training starts one).
-# What the tests check (generation, weight sync, the tool layout) does not depend on the backend.
-export VLLM_CPU_CI_ENV="${VLLM_CPU_CI_ENV:-1}"
 # Build (or reuse) the tiny model here, outside pytest's per-test timeout: on 2 loaded cores the
 # build alone has taken over 5 minutes.
 if ! "$venv/bin/python" -c "import sys; from trainer_client.tiny_models.build import build_tiny_model; build_tiny_model(sys.argv[1])" \
