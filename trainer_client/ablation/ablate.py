@@ -63,6 +63,7 @@ __all__ = [
     "Arm",
     "ablation_model",
     "ablation_modes",
+    "arm_shapings",
     "plan_arms",
     "replay_figures",
     "run_ablation",
@@ -107,6 +108,25 @@ def ablation_modes(modes: Sequence[str] | None, config_mode: str) -> list[str]:
     """The episode modes of an ablation: ``--modes`` when given, else the config's own ``mode``
     (a config that trains in ``single`` mode ablates in it, not in the CLI's default)."""
     return list(modes) if modes else [config_mode]
+
+
+def arm_shapings(shapings: Sequence[str] | None, overrides: dict[str, Any], recipe: str | None = None) -> list[str] | None:
+    """The reward-shaping strategies of an ablation's arms: ``--shaping`` when given, else the one
+    ``-o reward_shaping.strategy=...`` names (so the arm is named after the credit it trains with:
+    before, such a run was trained with the ``-o`` strategy and named after the recipe's), else
+    ``recipe`` (a tiny model's recipe credit; ``None``: :func:`plan_arms`' ``identity``).
+
+    Raises:
+        ValueError: both ``--shaping`` and ``-o reward_shaping.strategy`` are given.
+    """
+    chosen = overrides.get("reward_shaping.strategy")
+    if shapings and chosen is not None:
+        raise ValueError("--shaping and -o reward_shaping.strategy both set the arms' credit: give it with --shaping")
+    if shapings:
+        return list(shapings)
+    if chosen is not None:
+        return [str(chosen)]
+    return [recipe] if recipe else None
 
 
 def plan_arms(presets: Sequence[str], shapings: Sequence[str] | None, modes: Sequence[str],
@@ -204,7 +224,8 @@ def run_ablation(args: argparse.Namespace) -> Path:
         raise ValueError("-o mode=...: the episode mode is set per arm; use --modes")
     model_name = ablation_model(args.model, args.config)
     base = load_config(args.config, None, {"model": model_name} if model_name else {})
-    arms = plan_arms(args.arms, args.shaping or [recipe_shaping(base.model)], ablation_modes(args.modes, base.mode),
+    arms = plan_arms(args.arms, arm_shapings(args.shaping, args.overrides, recipe_shaping(base.model)),
+                     ablation_modes(args.modes, base.mode),
                      shuffled_control="shuffled" in args.controls)
     problems = args.problems or base.problems or TINY_FAMILIES.get(base.model)
     model_path = tiny_model_path(base.model, out) if base.model in TINY_MODELS else base.model

@@ -14,6 +14,7 @@ from trainer_client.ablation.ablate import (
     EVAL_PROBLEMS,
     PRESET_NAMES,
     ablation_model,
+    arm_shapings,
     plan_arms,
     run_ablation,
 )
@@ -36,7 +37,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         args.controls = []
     try:  # the plan, the config file and every -o, checked before anything starts
         args.overrides = parse_overrides(args.override)
-        plan_arms(args.arms, args.shaping, args.modes or ["debate"], shuffled_control="shuffled" in args.controls)
+        plan_arms(args.arms, arm_shapings(args.shaping, args.overrides), args.modes or ["debate"],
+                  shuffled_control="shuffled" in args.controls)
         load_config(args.config, None, args.overrides)
     except (ValidationError, ValueError, KeyError, FileNotFoundError, yaml.YAMLError) as exc:
         raise UsageError(f"invalid configuration: {config_error_line(exc)}") from exc

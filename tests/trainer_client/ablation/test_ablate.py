@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from records import make_record
 
-from trainer_client.ablation.ablate import Arm, ablation_model, ablation_modes, plan_arms
+from trainer_client.ablation.ablate import Arm, ablation_model, ablation_modes, arm_shapings, plan_arms
 from trainer_client.ablation.run_figures import static_controls
 from trainer_client.ablation.runs import RunResult
 from trainer_client.ablation.stats import mean_interval, paired_gain
@@ -26,6 +26,20 @@ def test_plan_is_every_preset_shaping_mode_then_the_shuffled_control():
     assert [a.name for a in modes] == ["baseline", "baseline+single", "shuffled"] and modes[1].mode == "single"
     with pytest.raises(ValueError, match="unknown modes"):
         plan_arms(["baseline"], ["identity"], ["tournament"], shuffled_control=False)
+
+
+def test_an_arm_is_named_after_the_credit_it_trains_with():
+    """``-o reward_shaping.strategy=X`` without ``--shaping`` makes X the arms' credit and name (a
+    validation run with ``-o reward_shaping.strategy=reward_mixing`` was named ``+own_outcome``)."""
+    assert arm_shapings(None, {"reward_shaping.strategy": "reward_mixing"}, "own_outcome") == ["reward_mixing"]
+    assert arm_shapings(None, {}, "own_outcome") == ["own_outcome"]
+    assert arm_shapings(["coma_advantage"], {}, "own_outcome") == ["coma_advantage"]
+    assert arm_shapings(None, {}) is None
+    [arm] = plan_arms(["baseline"], arm_shapings(None, {"reward_shaping.strategy": "reward_mixing"}, "own_outcome"),
+                      ["debate"], shuffled_control=False)
+    assert arm.name == "baseline+reward_mixing"
+    with pytest.raises(ValueError, match="--shaping"):
+        arm_shapings(["identity"], {"reward_shaping.strategy": "reward_mixing"})
 
 
 def test_a_single_arm_trains_in_single_mode(tmp_path):
