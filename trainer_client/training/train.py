@@ -87,9 +87,10 @@ def load_model(name: str, output_dir: Path):
 
 def resolve_tiny_teachers(teachers: Sequence[Any], parent: Path) -> list[Any]:
     """``teachers`` with each ``hf`` teacher whose ``model`` names an offline tiny model
-    (``tiny-sums@1``...) pointed at its build under ``parent`` (built there if missing)."""
-    return [t.model_copy(update={"model": str(tiny_model_path(t.model, parent, why=f"{t.model}: a default teacher of "
-                                                                                  "trace replay, not committed"))})
+    (``tiny-sums@1``...) pointed at its committed build (``tiny-sums@1..3``), else at one under
+    ``parent``, built there if missing."""
+    return [t.model_copy(update={"model": str(tiny_model_path(t.model, parent, why=f"{t.model}: a trace-replay teacher "
+                                                                                  "with no committed build of its recipe"))})
             if t.kind == "hf" and is_tiny_model_name(t.model) else t for t in teachers]
 
 

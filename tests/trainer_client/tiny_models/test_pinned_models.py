@@ -24,11 +24,29 @@ print(torch.get_num_threads(), *(weights_fingerprint(AutoModelForCausalLM.from_p
 """
 
 
+#: The default trace-replay teachers of the protocol's start (``tiny_model_teachers("tiny-sums")``).
+TEACHERS = ["tiny-sums@1", "tiny-sums@2", "tiny-sums@3"]
+
+
 def test_the_protocol_models_are_committed() -> None:
-    """The starting policies; the default teachers (``tiny-sums@1..3``) are built from their
-    recipes where a run needs them (docs/ablation/start/README.md says why)."""
-    for name in ("tiny", "tiny-learning", "tiny-sums"):
+    """The starting policies and the default teachers of ``tiny-sums`` (``tiny-sums@1..3``, 18,000
+    warm-up steps each: about 40 minutes of one core that a replay arm no longer spends)."""
+    for name in ("tiny", "tiny-learning", "tiny-sums", *TEACHERS):
         assert name in PINNED, f"{name} has no committed build in {PINNED_DIR}"
+
+
+def test_the_default_teachers_load_from_the_repository(tmp_path: Path) -> None:
+    """A replay run on ``tiny-sums`` without ``replay.teachers`` gets the committed teachers: each
+    default teacher resolves to its folder under :data:`PINNED_DIR` and nothing is built."""
+    from trainer_client.config import tiny_model_teachers
+    from trainer_client.losses.teachers import TeacherConfig
+    from trainer_client.training.train import resolve_tiny_teachers
+
+    teachers = [TeacherConfig(**t) for t in tiny_model_teachers("tiny-sums")]
+    assert [t.name for t in teachers] == TEACHERS
+    resolved = resolve_tiny_teachers(teachers, tmp_path)
+    assert [t.model for t in resolved] == [str(PINNED_DIR / name) for name in TEACHERS]
+    assert not any(tmp_path.iterdir()), "nothing is built when the teachers are committed"
 
 
 @pytest.mark.parametrize("name", PINNED)
@@ -44,10 +62,10 @@ def test_a_committed_build_is_its_recipes_and_is_what_tiny_model_path_returns(na
 
 
 def test_committed_weights_load_identically_under_one_and_two_torch_threads(tmp_path: Path) -> None:
-    """``tiny`` and ``tiny-sums``, from the committed folder and from the copy a caller with its own
-    folder gets, each loaded in a fresh process under 1 and under 2 torch threads: every load
-    gives the fingerprint recorded at the build."""
-    names = ["tiny", "tiny-sums"]
+    """``tiny``, ``tiny-sums`` and its default teachers, from the committed folder and from the copy
+    a caller with its own folder gets, each loaded in a fresh process under 1 and under 2 torch
+    threads: every load gives the fingerprint recorded at the build."""
+    names = ["tiny", "tiny-sums", *TEACHERS]
     recorded = [json.loads((PINNED_DIR / name / "tiny_model.json").read_text())["fingerprint"] for name in names]
     folders = [str(PINNED_DIR / name) for name in names]
     copies = [str(build_tiny_model(tmp_path / name, tiny_model_spec(name))) for name in names]
