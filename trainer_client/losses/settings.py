@@ -178,11 +178,16 @@ class ReplayConfig(BaseModel):
             turn of a rollout with server reward 1 against the same turn of a rollout with
             reward 0 on the same context tokens (at most one pair per group and role per
             batch; logged as ``replay/group_pairs``). ``"both"``: both sources.
+        train_pairs: ``False`` makes the run a control of the channel (issue 56): pairs are built,
+            stored and monitored exactly as at ``beta`` (teachers asked, ``replay/heldout/*``
+            logged), but no DPO term enters the loss, so whatever moves the held-out pairs'
+            margins is GRPO's doing. Needs ``beta > 0`` (the channel is built only then).
     """
 
     model_config = ConfigDict(extra="forbid")
 
     beta: float = Field(default=0.0, ge=0)
+    train_pairs: bool = True
     dpo_beta: float = Field(default=0.1, gt=0)
     teachers: list[TeacherConfig] = Field(default_factory=list)
     budget_per_step: int = Field(default=16, ge=0)

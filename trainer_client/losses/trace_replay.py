@@ -151,6 +151,9 @@ class TraceReplayDPO(LossChannel):
                 following reference is wired for full fine-tuning of the shared policy only.
         """
         self.trainer = trainer
+        if not self.config.train_pairs:
+            log.info("CONTROL RUN: trace replay builds and monitors its pairs but adds no DPO term "
+                     "(replay.train_pairs=false)")
         # per process: under torchrun/accelerate each rank samples its own replay pairs (identical
         # stores, e.g. after a restart, would otherwise give every rank the same DPO batch)
         self.rng = random.Random(trainer.args.seed + trainer.accelerator.process_index)
@@ -510,6 +513,8 @@ class TraceReplayDPO(LossChannel):
 
     def loss(self, model: torch.nn.Module, inputs: dict[str, Any],
              context: LossContext) -> tuple[torch.Tensor | None, dict[str, float]]:
+        if not self.config.train_pairs:  # the control (replay.train_pairs: false): pairs built and monitored only
+            return None, {}
         value, logged = self.share_loss(model, context.mode, context.accumulation, context.step)
         if logged is None:
             return value, {}

@@ -334,6 +334,21 @@ def test_the_dpo_term_and_rpo_s_nll_are_logged_apart(model_and_tokenizer, tmp_pa
     assert value.item() == pytest.approx(dpo + 0.5 * nll, rel=1e-5)
 
 
+def test_the_control_stores_and_monitors_pairs_but_adds_no_term(model_and_tokenizer, tmp_path) -> None:
+    """``replay.train_pairs: false`` (the control arm): the same stored pairs that give a DPO
+    term when trained give none, while the held-out monitor still reads them."""
+    model, tokenizer, trainer = _trainer(model_and_tokenizer, tmp_path, train_pairs=False, heldout_pair_share=0.5)
+    replay = trainer.trace_replay
+    pairs = [_pair(tokenizer, chosen, rejected, name) for (chosen, rejected), name in zip(SIDES, "abc", strict=True)]
+    replay._set_references(pairs)
+    replay.pair_store.add(pairs * 4)
+    assert replay.loss(model, {}, LossContext("train", 1, 0)) == (None, {})
+    replay.config.train_pairs = True  # the same store, trained: a term
+    value, metrics = replay.loss(model, {}, LossContext("train", 1, 0))
+    assert value is not None and "loss/trace_replay_dpo" in metrics
+    assert replay.monitor(model)["replay/heldout/pairs"] > 0
+
+
 def test_margin_above_start_by_hand(model_and_tokenizer, tmp_path) -> None:
     """Three held-out pairs whose start margins are set by hand 1 nat below, 1 above and 2 below
     the policy's: 2 of 3 are above the start. After a hard sync (the reference is the policy)
@@ -381,6 +396,7 @@ def test_margin_above_start_by_hand(model_and_tokenizer, tmp_path) -> None:
     ({"replay.ref_model_sync_steps": 0}, "replay.ref_model_sync_steps: Input should be greater than or equal to 1"),
     ({"replay.pair_source": "teacher"}, "replay.pair_source: Input should be 'teachers', 'group' or 'both'"),
     ({"model": "Qwen/Qwen3-0.6B", "replay.beta": 0.05}, "needs at least 2 teachers"),
+    ({"replay.train_pairs": False}, "replay.train_pairs: false is trace replay's control"),
     ({"replay.ref_model_sync_steps": 4, "policies.solver": {"adapter": "solver"}},
      "replay.ref_model_sync_steps (a reference that follows the policy) is wired for the shared policy only"),
 ])
