@@ -49,13 +49,18 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"folder": str(folder), "arm": path.parent.parent.name, "seed": int(result["seed"]),
                          "accuracy": result["heldout"]["accuracy"], **figures})
     for row in rows:
-        replay, sdpo = row["replay"] or {}, row["sdpo"] or {}
-        dpo, jsd, advantage = replay.get("dpo_loss", {}), sdpo.get("jsd", {}), sdpo.get("teacher_advantage", {})
-        print(f"{Path(row['folder']).name} {row['arm']} seed {row['seed']}: accuracy {row['accuracy']:.3f}"
-              f" | margin_above_start {_fmt(replay.get('margin_above_start'))} on {_fmt(replay.get('heldout_pairs'), '.0f')}"
-              f" pairs, dpo {_fmt(dpo.get('first'))} -> {_fmt(dpo.get('last'))}"
-              f" | jsd {_fmt(jsd.get('first'))} -> {_fmt(jsd.get('last'))}, teacher_advantage {_fmt(advantage.get('run'))}"
-              f" | tokens {row['tokens_sampled']:.0f}")
+        parts = [f"{Path(row['folder']).name} {row['arm']} seed {row['seed']}: accuracy {row['accuracy']:.3f}"]
+        if row["replay"]:
+            replay = row["replay"]
+            parts.append(f"margin_above_start {_fmt(replay['margin_above_start'])} on "
+                         f"{_fmt(replay['heldout_pairs'], '.0f')} pairs, dpo {_fmt(replay['dpo_loss']['first'])} -> "
+                         f"{_fmt(replay['dpo_loss']['last'])}, pairs stored {_fmt(replay['pairs_stored'], '.0f')}")
+        if row["sdpo"]:
+            jsd, advantage = row["sdpo"]["jsd"], row["sdpo"]["teacher_advantage"]
+            parts.append(f"jsd {_fmt(jsd['first'])} -> {_fmt(jsd['last'])}, teacher_advantage "
+                         f"{_fmt(advantage['first'])} -> {_fmt(advantage['last'])} (run {_fmt(advantage['run'])})")
+        parts.append(f"tokens {row['tokens_sampled']:.0f}")
+        print(" | ".join(parts))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

@@ -77,7 +77,7 @@ def channel_objectives(curve: list[dict[str, Any]], window: int = 20) -> dict[st
                          "dpo_loss": _windows(curve, "loss/trace_replay_dpo", window),
                          "pairs_stored": _last(curve, "pairs/stored"),
                          "group_pairs": sum(float(line.get("replay/group_pairs", 0.0)) for line in curve)}
-    if any("loss/sdpo_jsd" in line for line in curve):
+    if any("sdpo/sites" in line for line in curve):  # loss/sdpo_jsd is logged (as 0) with the channel off too
         out["sdpo"] = {"jsd": _windows(curve, "loss/sdpo_jsd", window),
                        "teacher_advantage": _windows(curve, "sdpo/teacher_advantage", window)}
     return out

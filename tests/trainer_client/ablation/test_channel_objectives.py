@@ -12,7 +12,7 @@ from trainer_client.ablation.channel_objectives import channel_objectives, read_
 def _curve() -> list[dict]:
     lines = [{"step": 0, "eval/problems": 64.0, "eval/first_answer_accuracy": 0.5}]
     for step in range(1, 7):
-        line = {"step": step, "tokens/sampled": 100.0, "loss/sdpo_jsd": 0.1 * step,
+        line = {"step": step, "tokens/sampled": 100.0, "loss/sdpo_jsd": 0.1 * step, "sdpo/sites": 4.0,
                 "sdpo/teacher_advantage": float(step - 3), "pairs/stored": 2.0 * step,
                 "replay/group_pairs": 1.0, "loss/trace_replay_dpo": 0.7 - 0.01 * step}
         if step % 3 == 0:  # the held-out monitor every 3 steps
@@ -35,7 +35,7 @@ def test_first_last_and_run_means_and_the_last_monitor_by_hand() -> None:
 
 
 def test_a_run_without_channels_has_none_and_the_file_reads_back(tmp_path) -> None:
-    curve = [{"step": 1, "tokens/sampled": 7.0, "loss/grpo": 0.1}]
+    curve = [{"step": 1, "tokens/sampled": 7.0, "loss/grpo": 0.1, "loss/sdpo_jsd": 0.0}]  # the JSD logged, off
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in curve) + "\n\n")
     assert channel_objectives(read_curve(path)) == {"tokens_sampled": 7.0, "replay": None, "sdpo": None}
