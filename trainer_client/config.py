@@ -338,9 +338,6 @@ class TrainConfig(_Strict):
         if self.replay.beta > 0 and self.replay.pair_source != "group" and len(self.replay.teachers) < 2:
             raise ValueError("replay.beta > 0 needs at least 2 teachers in replay.teachers "
                              "(a DPO pair needs two teachers that agree; replay.pair_source: group needs none)")
-        if not self.replay.train_pairs and self.replay.beta <= 0:
-            raise ValueError("replay.train_pairs: false is trace replay's control (pairs built and monitored, not "
-                             "trained on) and needs replay.beta > 0, which builds the channel")
         if self.replay.ref_model_sync_steps is not None and self.policies.adapters:
             raise ValueError("replay.ref_model_sync_steps (a reference that follows the policy) is wired for the "
                              "shared policy only, not with per-role LoRA adapters (policies)")

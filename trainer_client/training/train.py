@@ -247,6 +247,9 @@ def _run_training(config, progress: bool, callbacks: Sequence[Any], max_failed_s
     else:
         log.info("trace replay is off (replay.beta = 0): no teacher is called; set replay.beta and replay.teachers "
                  "to turn it on")
+        if not config.replay.train_pairs:  # not refused at load: an ablation's base config is loaded before its arms
+            log.warning("replay.train_pairs=false (trace replay's control) does nothing with replay.beta = 0: set "
+                        "replay.beta > 0 to build and monitor the pairs")
     reward_runner = ground_truth = None
     if config.reward_function is not None:
         from env_server.debate.problems import load_problem_source

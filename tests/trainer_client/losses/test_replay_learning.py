@@ -396,7 +396,6 @@ def test_margin_above_start_by_hand(model_and_tokenizer, tmp_path) -> None:
     ({"replay.ref_model_sync_steps": 0}, "replay.ref_model_sync_steps: Input should be greater than or equal to 1"),
     ({"replay.pair_source": "teacher"}, "replay.pair_source: Input should be 'teachers', 'group' or 'both'"),
     ({"model": "Qwen/Qwen3-0.6B", "replay.beta": 0.05}, "needs at least 2 teachers"),
-    ({"replay.train_pairs": False}, "replay.train_pairs: false is trace replay's control"),
     ({"replay.ref_model_sync_steps": 4, "policies.solver": {"adapter": "solver"}},
      "replay.ref_model_sync_steps (a reference that follows the policy) is wired for the shared policy only"),
 ])
@@ -405,6 +404,14 @@ def test_invalid_settings_are_refused_at_load_in_one_line(overrides, message) ->
         load_config(None, None, overrides)
     line = config_error_line(raised.value)
     assert message in line and "\n" not in line
+
+
+def test_the_control_loads_without_a_preset_and_with_one() -> None:
+    """``replay.train_pairs: false`` loads on its own (``mathdebate ablate`` loads its base config
+    before each arm's preset sets ``replay.beta``) and with the replay preset."""
+    assert not load_config(None, None, {"replay.train_pairs": False}).replay.train_pairs
+    config = load_config(None, "replay", {"replay.train_pairs": False})
+    assert config.replay.beta > 0 and not config.replay.train_pairs
 
 
 def test_valid_settings_load() -> None:
