@@ -3,8 +3,8 @@
 The hint templates (:data:`env_server.protocol.markers.HINT_TEMPLATES`) name the failure only
 ("your final answer is not correct"). A family whose answers are built step by step can also
 say *where* a wrong answer goes wrong, from the reference answer, without giving the answer:
-for ``two_digit_sum`` which digits of the answer are wrong (its ones, its tens), so that the
-rest of it can be kept. The hint quotes the turn's own answer (a plain integer; the server
+for ``two_digit_sum`` and ``exact_division`` which digits of the answer are wrong (its ones,
+its tens), so that the rest of it can be kept. The hint quotes the turn's own answer (a plain integer; the server
 never echoes other model output). The rewards record carries it per turn
 (``TurnReward.hint``, RFC 0002 §"Localised hints"), and hint distillation (SDPO) puts it in the
 teacher context in place of the template.
@@ -28,7 +28,19 @@ from env_server.protocol.markers import ErrorKind, Role
 __all__ = ["LOCALISERS", "localised_hint"]
 
 _SUM = re.compile(r"Compute \$(\d{2}) \+ (\d{2})\$\.")
+_DIVISION = re.compile(r"Compute \$(\d{2,3}) \\div (\d)\$\.")
 _INTEGER = re.compile(r"\s*(\d{1,6})\s*")
+
+
+def _digits_hint(value: int, right: int) -> str | None:
+    """The hint naming which digits of ``value`` differ from ``right``'s: the ones digit, the
+    tens digits (tens and above, as one); ``None`` when neither does."""
+    wrong = [name for name, differs in (("ones", value % 10 != right % 10), ("tens", value // 10 != right // 10))
+             if differs]
+    if not wrong:
+        return None
+    digits = "digit is" if len(wrong) == 1 else "digits are"
+    return f"Your final answer {value} is not correct: its {' and '.join(wrong)} {digits} wrong."
 
 
 def _two_digit_sum(problem: Problem, answer: str) -> str | None:
@@ -38,17 +50,23 @@ def _two_digit_sum(problem: Problem, answer: str) -> str | None:
     given = _INTEGER.fullmatch(answer)
     if statement is None or given is None:
         return None
-    value, total = int(given.group(1)), int(statement.group(1)) + int(statement.group(2))
-    wrong = [name for name, differs in (("ones", value % 10 != total % 10), ("tens", value // 10 != total // 10))
-             if differs]
-    if not wrong:
+    return _digits_hint(int(given.group(1)), int(statement.group(1)) + int(statement.group(2)))
+
+
+def _exact_division(problem: Problem, answer: str) -> str | None:
+    """Which digits of an ``exact_division`` quotient are wrong (its ones, its tens): each is one
+    step of the long division, so the hint names the step that went wrong."""
+    statement = _DIVISION.fullmatch(problem.problem)
+    given = _INTEGER.fullmatch(answer)
+    if statement is None or given is None:
         return None
-    digits = "digit is" if len(wrong) == 1 else "digits are"
-    return f"Your final answer {value} is not correct: its {' and '.join(wrong)} {digits} wrong."
+    dividend, divisor = int(statement.group(1)), int(statement.group(2))
+    return _digits_hint(int(given.group(1)), dividend // divisor)
 
 
 #: Family name (a generator problem's ``subject``) -> ``f(problem, answer) -> hint or None``.
-LOCALISERS: dict[str, Callable[[Problem, str], str | None]] = {"two_digit_sum": _two_digit_sum}
+LOCALISERS: dict[str, Callable[[Problem, str], str | None]] = {"two_digit_sum": _two_digit_sum,
+                                                                "exact_division": _exact_division}
 
 
 def localised_hint(problem: Problem, role: Role | str, kind: ErrorKind | str | None, answer: str | None) -> str | None:

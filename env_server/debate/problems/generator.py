@@ -22,7 +22,7 @@ from functools import lru_cache
 from math import gcd, lcm
 
 from env_server.debate.problems.base import Problem, ProblemSource, UnknownProblemError
-from env_server.debate.problems.splits import split_index, split_of_seed, two_digit_pairs
+from env_server.debate.problems.splits import division_pairs, split_index, split_of_seed, two_digit_pairs
 
 __all__ = ["EXTRA_FAMILIES", "FAMILIES", "SPLIT_FAMILIES", "ProblemGenerator", "latex_number", "polynomial"]
 
@@ -193,9 +193,45 @@ def two_digit_sum(seed: int) -> Draw:
     return f"Compute ${a} + {b}$.", str(total), _boxed(steps, str(total)), 1
 
 
+def long_division_steps(dividend: int, divisor: int) -> list[tuple[int, int, int]]:
+    """The steps of dividing ``dividend`` by a one-digit ``divisor`` as :func:`exact_division`
+    works them: ``(part, digit, remainder)`` per quotient digit, tens then ones, where ``part``
+    is what is divided at that step (the dividend's leading digits, then the remainder with the
+    ones digit brought down), ``digit = part // divisor`` and ``remainder = part % divisor``.
+
+    Raises:
+        ValueError: a divisor outside 2..9 or a dividend outside ``10 * divisor .. 99 * divisor``
+            (a quotient that is not two digits)."""
+    if not 2 <= divisor <= 9 or not 10 * divisor <= dividend <= 99 * divisor:
+        raise ValueError(f"exact_division divides 10d..99d by a digit d in 2..9, got {dividend} / {divisor}")
+    lead = dividend // 10
+    tens, carried = lead // divisor, lead % divisor
+    part = carried * 10 + dividend % 10
+    return [(lead, tens, carried), (part, part // divisor, part % divisor)]
+
+
+def exact_division(seed: int) -> Draw:
+    """``Compute $n \\div d$.`` with a one-digit divisor ``d`` (2..9) and a two-digit quotient
+    (10..99), ``n = q·d`` (720 problems), split by content as :func:`two_digit_sum` is
+    (:func:`~env_server.debate.problems.splits.division_pairs`).
+
+    A family where checking is cheaper than solving (issue 54; the generator–verifier gap of
+    arXiv 2412.02674): the reference solution works the long division, two steps of "how many
+    times does ``d`` go into this part, with what remainder" (404 distinct such facts over the
+    family), while checking a proposed quotient multiplies it back, two one-digit products and a
+    carry (80 facts: a digit times 2..9), and compares with ``n``. Answers are the quotient, 10..99."""
+    pairs = division_pairs()[split_of_seed(seed)]
+    quotient, divisor = pairs[split_index(seed) % len(pairs)]
+    dividend = quotient * divisor
+    (lead, tens, carried), (part, ones, _) = long_division_steps(dividend, divisor)
+    steps = (f"Tens: ${lead} \\div {divisor} = {tens}$ remainder ${carried}$. "
+             f"Ones: ${part} \\div {divisor} = {ones}$. So ${dividend} \\div {divisor} = {quotient}$.")
+    return f"Compute ${dividend} \\div {divisor}$.", str(quotient), _boxed(steps, str(quotient)), 1
+
+
 #: Families drawn from the seed's split (see :mod:`env_server.debate.problems.splits`); selectable
 #: by name, outside the default rotation.
-SPLIT_FAMILIES: dict[str, Callable[[int], Draw]] = {f.__name__: f for f in (two_digit_sum,)}
+SPLIT_FAMILIES: dict[str, Callable[[int], Draw]] = {f.__name__: f for f in (two_digit_sum, exact_division)}
 
 _SEEDED_FAMILIES: dict[str, Callable[[random.Random], Draw]] = {**FAMILIES, **EXTRA_FAMILIES}
 _ALL_FAMILIES: dict[str, Callable[[random.Random], Draw] | Callable[[int], Draw]] = {**_SEEDED_FAMILIES, **SPLIT_FAMILIES}

@@ -28,7 +28,7 @@ import random
 from functools import lru_cache
 
 __all__ = ["HELDOUT_SEED_BASE", "SPLITS", "SPLIT_SHARES", "VALIDATION_SEED_BASE", "WARMUP_SEED_BASE",
-           "split_index", "split_of_seed", "two_digit_pairs"]
+           "division_pairs", "split_index", "split_of_seed", "two_digit_pairs"]
 
 #: First seed of the supervised warm-up split (below: RL training seeds).
 WARMUP_SEED_BASE = 10**8
@@ -85,4 +85,19 @@ def two_digit_pairs() -> dict[str, list[tuple[int, int]]]:
             out[_bucket(f"two_digit_sum:{min(a, b)}+{max(a, b)}")].append((a, b))
     for split, pairs in out.items():
         random.Random(f"two_digit_sum/{split}").shuffle(pairs)
+    return out
+
+
+@lru_cache(maxsize=1)
+def division_pairs() -> dict[str, list[tuple[int, int]]]:
+    """The pairs ``(quotient, divisor)`` with ``10 <= quotient <= 99`` and ``2 <= divisor <= 9``
+    (720) of ``exact_division``, split by content (``"exact_division:<dividend>/<divisor>"``),
+    each split's list in a fixed shuffled order. A dividend with two divisors (``84 = 12 * 7 =
+    14 * 6``) gives two problems, each split on its own: they share no answer and no step."""
+    out: dict[str, list[tuple[int, int]]] = {split: [] for split in SPLITS}
+    for quotient in range(10, 100):
+        for divisor in range(2, 10):
+            out[_bucket(f"exact_division:{quotient * divisor}/{divisor}")].append((quotient, divisor))
+    for split, pairs in out.items():
+        random.Random(f"exact_division/{split}").shuffle(pairs)
     return out

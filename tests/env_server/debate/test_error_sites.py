@@ -45,6 +45,19 @@ def test_no_localised_hint_where_the_family_cannot_say_where() -> None:
     assert localised_hint(other, Role.SOLVER, ErrorKind.WRONG_ANSWER, "100") is None
 
 
+@pytest.mark.parametrize(("answer", "hint"), [
+    ("66", "Your final answer 66 is not correct: its ones digit is wrong."),  # the ones step
+    ("75", "Your final answer 75 is not correct: its tens digit is wrong."),  # the tens step
+    ("56", "Your final answer 56 is not correct: its ones and tens digits are wrong."),
+    ("65", None),  # right: 455 / 7
+    ("6.5", None),
+])
+def test_a_wrong_quotient_s_hint_names_the_division_step_that_went_wrong(answer: str, hint: str | None) -> None:
+    divisions = ProblemGenerator(families=["exact_division"])
+    problem = next(p for p in map(divisions.by_seed, range(5_000)) if p.problem == "Compute $455 \\div 7$.")
+    assert localised_hint(problem, Role.SOLVER, ErrorKind.WRONG_ANSWER, answer) == hint
+
+
 def test_the_rewards_record_carries_each_wrong_turns_hint() -> None:
     problem = sum_problem(24, 42)
     episode = DebateEpisode("e", problem, max_rounds=2, max_action_chars=1000)

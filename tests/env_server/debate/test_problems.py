@@ -165,6 +165,38 @@ def test_two_digit_sum_splits_are_disjoint_by_content() -> None:
     assert source.get("gen/two_digit_sum/1000000007") == source.by_seed(HELDOUT_SEED_BASE + 7)
 
 
+def test_exact_division_splits_by_content_and_its_working_is_exact() -> None:
+    """``exact_division``: all 720 problems ``(q·d) ÷ d`` (q 10..99, d 2..9) fall in exactly one
+    split; each split's seeds draw only from its own list; every reference solution's two long
+    division steps are true arithmetic and end in the boxed quotient; checking (q·d) is cheaper
+    than solving in the sense the family is for: 80 one-digit products against 404 division facts."""
+    import re
+
+    from env_server.debate.problems.generator import long_division_steps
+    from env_server.debate.problems.splits import SPLITS, VALIDATION_SEED_BASE, division_pairs, split_of_seed
+
+    pairs = division_pairs()
+    every = [pair for split in SPLITS for pair in pairs[split]]
+    assert len(every) == len(set(every)) == 90 * 8
+    assert min(len(pairs[split]) for split in SPLITS) >= 100
+    source = ProblemGenerator(families=["exact_division"])
+    step = re.compile(r"Tens: \$(\d+) \\div (\d) = (\d)\$ remainder \$(\d)\$\. Ones: \$(\d+) \\div \2 = (\d)\$\. ")
+    for split, base in (("rl", 0), ("validation", VALIDATION_SEED_BASE)):
+        n = len(pairs[split])
+        problems = [source.by_seed(base + i) for i in range(n)]
+        assert {split_of_seed(base + i) for i in (0, n - 1)} == {split}
+        assert {p.problem for p in problems} == {f"Compute ${q * d} \\div {d}$." for q, d in pairs[split]}
+        for p in problems:
+            lead, d, tens, rem, part, ones = map(int, step.match(p.solution).groups())
+            assert lead == tens * d + rem and rem < d and part == ones * d and int(p.answer) == 10 * tens + ones
+            assert p.solution.endswith(f"\\boxed{{{p.answer}}}$.")
+    facts = {(part, d) for q in range(10, 100) for d in range(2, 10) for part, _, _ in long_division_steps(q * d, d)}
+    products = {(digit, d) for q in range(10, 100) for d in range(2, 10) for digit in (q // 10, q % 10)}
+    assert len(facts) == 404 and len(products) == 80
+    with pytest.raises(ValueError, match="exact_division divides"):
+        long_division_steps(1000, 9)
+
+
 def test_find_problem_reaches_every_generated_family() -> None:
     """The viewer's and the exporter's lookup: a source first, then any generated family (split
     families included), else None."""
