@@ -79,7 +79,7 @@ def start_figures(path: Path, problems: int, k: int, temperature: float) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("name", help="a tiny model name: tiny, tiny-learning, tiny-sums, tiny-sums@1, ...")
+    parser.add_argument("name", help="a tiny model name: tiny, tiny-learning, tiny-sums, tiny-div, tiny-sums@1, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch threads for the rebuild (default: torch's)")
     parser.add_argument("--out", default=None, help="where the rebuild goes (default: a temporary folder)")
     parser.add_argument("--problems", type=int, default=200, help="validation problems for the accuracy")

@@ -111,6 +111,33 @@ def sums_spec(seed: int = 0) -> TinyModelSpec:
                          phrase_tokens=True, vocab_size=2048, sft_steps=12000, sft_schedule_steps=12000)
 
 
+def division_spec(seed: int = 0) -> TinyModelSpec:
+    """The tiny model of the family where checking is cheaper than solving (``model: tiny-div``,
+    recipe version 1; issue 54): ``tiny-sums``'s size, tokenizer and warm-up layout on
+    ``exact_division`` (720 problems ``(q·d) ÷ d`` split by content; the warm-up draws its 282),
+    with each role's skill its own (:class:`~trainer_client.tiny_models.warmup_debates.DivisionWorking`):
+
+    - the solver works the long division and, where the tens step leaves a remainder, keeps it
+      with probability ``answer_accuracy`` (0.3): its greedy answer drops it, its samples keep
+      it now and then (pass@k above greedy, as for the sums' carry);
+    - the verifier checks by multiplying the answer back and keeps the ones product's carry with
+      probability ``verifier_accuracy`` (0.3): greedy, a right answer whose check carries is
+      rejected, which RL can fix; a wrong answer's product is never the dividend, so it is
+      always rejected. After a failed check it redoes the division (remainder kept at 0.3);
+    - the judge concludes from the debate (the solver's answer on CORRECT, the verifier's redo
+      on INCORRECT); hint-following solver turns on 15% of the turns that would slip.
+
+    Stop rule: 12,000 steps of a linear decay, the sums' length, not yet fixed on validation: the
+    generator-verifier gap is measured on this build before the family is chosen."""
+    from env_server.debate.problems.splits import WARMUP_SEED_BASE
+
+    return TinyModelSpec(default_spec(seed), single_episodes=600, version=1, family="exact_division",
+                         answer_accuracy=0.3, wrong_answers="carry", worked=True, verifier="worked",
+                         verifier_accuracy=0.3, judge="verdict", hint_fraction=0.15, hint_roles=["solver"],
+                         hint_style="localised", restate_hints=True, warmup_seed_base=WARMUP_SEED_BASE, debates=3000,
+                         phrase_tokens=True, vocab_size=2048, sft_steps=12000, sft_schedule_steps=12000)
+
+
 def sums_spec_v1(seed: int = 0) -> TinyModelSpec:
     """Version 1 of ``tiny-sums`` (the start of the published factorial, docs/ablation/factorial;
     build hash 966aa285f8b3ae83 for seed 0), kept to rebuild and to compare: the unhinted solver

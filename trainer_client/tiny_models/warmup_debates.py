@@ -121,8 +121,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
     if judge == "verdict" and verifier != "worked":
         raise ValueError("judge='verdict' concludes from the verifier's worked sum: it needs verifier='worked'")
     carry = wrong_answers == "carry"
-    if (carry or verifier == "worked") and family != "two_digit_sum":
-        raise ValueError("the carry slip and the worked verifier are defined for family='two_digit_sum' only")
+    if (carry or verifier == "worked") and family not in WORKINGS:
+        raise ValueError(f"the carry slip and the worked verifier are defined for family in {sorted(WORKINGS)} only")
     rng = random.Random(seed)
     hint_rng = random.Random(f"hints/{seed}")  # a stream of its own: hint_fraction 0 leaves the debates as they were
     generator = ProblemGenerator() if family is None else ProblemGenerator(families=[family])
@@ -145,10 +145,10 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         messages: list[dict[str, Any]] = [{"role": "system", "content": DEBATE_SYSTEM_PROMPT},
                                           {"role": "user", "content": render_instructions(observation(episode))}]
         last_answer = problem.answer
-        checked = problem.answer  # the sum the worked verifier arrived at
+        checked = problem.answer  # the answer the worked verifier arrived at
         last_verdict = "CORRECT"
-        operands = _operands(problem.problem) if carry or verifier == "worked" else (0, 0)
-        has_carry = operands[0] % 10 + operands[1] % 10 >= 10
+        working = WORKINGS[family](problem.problem) if carry or verifier == "worked" else None
+        has_carry = working is not None and working.can_slip
         while not episode.done:
             role = episode.role
             assert role is not None, "an episode that is not done has a role to play"
@@ -158,7 +158,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
             hinted = (hint_fraction > 0 and (hint_roles is None or role.value in hint_roles)
                       and (not carry or role is not Role.SOLVER or slips) and hint_rng.random() < hint_fraction)
             if hinted and carry and role is Role.SOLVER:
-                text = localised_hint(problem, role, "wrong_answer", str(int(problem.answer) - 10)) or ""
+                assert working is not None
+                text = localised_hint(problem, role, "wrong_answer", working.answer(False)) or ""
                 if restate_hints:
                     text = f"{text}\n\n{render_instructions(observation(episode))}"
                 messages.append({"role": "user", "content": text, HINT_MESSAGE: "solver/wrong_answer"})
@@ -174,9 +175,10 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                     text = f"{text}\n\n{render_instructions(observation(episode))}"
                 messages.append({"role": "user", "content": text, HINT_MESSAGE: key})
             if role is Role.SOLVER and carry:
+                assert working is not None
                 kept = hinted or not slips
-                arguments = {"solution": column_solution(*operands, carry_kept=kept) + _box(operands, kept)}
-                last_answer = str(sum(operands) - (0 if kept else 10 * has_carry))
+                arguments = {"solution": working.solution(kept)}
+                last_answer = working.answer(kept)
                 content, name = arguments["solution"], "submit_solution"
             elif role is Role.SOLVER:
                 right = hinted or rng.random() < answer_accuracy
@@ -184,10 +186,14 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
                 arguments = {"solution": solution(last_answer)}
                 content, name = arguments["solution"], "submit_solution"
             elif role is Role.VERIFIER and verifier == "worked":
-                kept = hinted or not has_carry or rng.random() < verifier_accuracy
-                checked = str(sum(operands) - (0 if kept else 10))
-                verdict = last_verdict = "CORRECT" if checked == last_answer else "INCORRECT"
-                critique = f"{column_check(*operands, carry_kept=kept)} The solution's answer is {last_answer}."
+                assert working is not None
+                kept = hinted or not working.check_can_slip(last_answer) or rng.random() < verifier_accuracy
+                agrees = working.agrees(last_answer, kept)
+                # a failed check that redoes the division may slip there too (drawn only then: the sums never redo)
+                redo_kept = (agrees or not working.redoes or hinted or not working.can_slip
+                             or rng.random() < verifier_accuracy)
+                critique, checked = working.check(last_answer, kept, redo_kept)
+                verdict = last_verdict = "CORRECT" if agrees else "INCORRECT"
                 arguments = {"critique": critique, "verdict": verdict}
                 content, name = f"{critique}\n\nVERDICT: {verdict}", "submit_verdict"
             elif role is Role.VERIFIER:
@@ -264,6 +270,157 @@ def _box(operands: tuple[int, int], carry_kept: bool) -> str:
     a, b = operands
     total = a + b - (0 if carry_kept or a % 10 + b % 10 < 10 else 10)
     return f" So the answer is $\\boxed{{{total}}}$."
+
+
+class SumWorking:
+    """``two_digit_sum``'s worked turns: the solver's column sum and its carry slip
+    (:func:`column_solution`), the verifier's own column sum (:func:`column_check`), whose
+    verdict is CORRECT exactly when its sum is the solution's answer (checking is redoing)."""
+
+    def __init__(self, statement: str) -> None:
+        self.a, self.b = _operands(statement)
+        #: whether the solver's working can slip (the ones column carries)
+        self.can_slip = self.a % 10 + self.b % 10 >= 10
+
+    def solution(self, kept: bool) -> str:
+        """The solver's worked solution, ending in the boxed answer; ``kept=False``: the slip."""
+        return column_solution(self.a, self.b, carry_kept=kept) + _box((self.a, self.b), kept)
+
+    def answer(self, kept: bool) -> str:
+        """The answer :meth:`solution` arrives at."""
+        return str(self.a + self.b - (0 if kept else 10 * self.can_slip))
+
+    def check_can_slip(self, answer: str) -> bool:
+        """Whether the verifier's check of ``answer`` can slip (its own sum carries)."""
+        return self.can_slip
+
+    #: the verifier never redoes anything after its check (the check is the redo)
+    redoes = False
+
+    def agrees(self, answer: str, kept: bool) -> bool:
+        """Whether the verifier's sum (``kept=False``: its carry written 0) is ``answer``."""
+        return str(self.a + self.b - (0 if kept else 10)) == answer
+
+    def check(self, answer: str, kept: bool, redo_kept: bool = True) -> tuple[str, str]:
+        """``(critique, the verifier's answer)``: the sum worked again (``kept=False``: the carry
+        written 0), then the solution's answer quoted; ``redo_kept`` is unused."""
+        checked = str(self.a + self.b - (0 if kept else 10))
+        return f"{column_check(self.a, self.b, carry_kept=kept)} The solution's answer is {answer}.", checked
+
+
+class DivisionWorking:
+    """``exact_division``'s worked turns, where checking is cheaper than solving (issue 54).
+
+    - The solver works the long division (:func:`division_solution`); its slip forgets the tens
+      step's remainder when bringing down the ones digit (the ones digit of the quotient comes
+      out wrong), possible only where that remainder is not 0.
+    - The verifier checks by multiplying the solution's answer back (:func:`product_check`:
+      two one-digit products and a carry) and says CORRECT exactly when the product is the
+      dividend; its slip forgets the carry, possible only where the ones product carries. On a
+      product that differs it redoes the division in its own words (:func:`division_redo`,
+      slipping as the solver does), so that a judge that concludes from the debate has an answer
+      to take.
+    """
+
+    def __init__(self, statement: str) -> None:
+        from env_server.debate.problems.generator import long_division_steps
+
+        self.dividend, self.divisor = _division_operands(statement)
+        self.steps = long_division_steps(self.dividend, self.divisor)
+        #: whether the solver's working can slip (the tens step leaves a remainder)
+        self.can_slip = self.steps[0][2] != 0
+
+    def solution(self, kept: bool) -> str:
+        """The solver's worked solution, ending in the boxed answer; ``kept=False``: the slip."""
+        return division_solution(self.dividend, self.divisor, remainder_kept=kept) + \
+            f" So the answer is $\\boxed{{{self.answer(kept)}}}$."
+
+    def answer(self, kept: bool) -> str:
+        """The answer :meth:`solution` arrives at."""
+        (_, tens, carried), _ = self.steps
+        return str(10 * tens + ((carried if kept else 0) * 10 + self.dividend % 10) // self.divisor)
+
+    def check_can_slip(self, answer: str) -> bool:
+        """Whether the product check of ``answer`` can slip (its ones product carries)."""
+        return int(answer) % 10 * self.divisor >= 10
+
+    #: after a failed check the verifier redoes the division (:func:`division_redo`)
+    redoes = True
+
+    def agrees(self, answer: str, kept: bool) -> bool:
+        """Whether ``answer`` times the divisor (``kept=False``: the carry dropped) is the dividend."""
+        return product_of(int(answer), self.divisor, carry_kept=kept) == self.dividend
+
+    def check(self, answer: str, kept: bool, redo_kept: bool = True) -> tuple[str, str]:
+        """``(critique, the verifier's answer)``: ``answer`` times the divisor (``kept=False``: the
+        carry written 0) against the dividend; where they differ, the division redone
+        (``redo_kept``: whether the redo keeps the remainder) and its quotient the answer."""
+        critique = product_check(int(answer), self.divisor, self.dividend, carry_kept=kept)
+        if self.agrees(answer, kept):
+            return critique, answer
+        return f"{critique} {division_redo(self.dividend, self.divisor, remainder_kept=redo_kept)}", self.answer(redo_kept)
+
+
+#: Family -> its worked turns (``wrong_answers="carry"``, ``verifier="worked"``).
+WORKINGS: dict[str, Any] = {"two_digit_sum": SumWorking, "exact_division": DivisionWorking}
+
+_DIVISION = re.compile(r"Compute \$(\d{2,3}) \\div (\d)\$\.")
+
+
+def _division_operands(statement: str) -> tuple[int, int]:
+    """``(dividend, divisor)`` of an ``exact_division`` statement ``Compute $n \\div d$.``
+
+    Raises:
+        ValueError: another statement.
+    """
+    match = _DIVISION.fullmatch(statement)
+    if match is None:
+        raise ValueError(f"not an exact_division statement: {statement!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def division_solution(dividend: int, divisor: int, remainder_kept: bool = True) -> str:
+    """The long division as the ``exact_division`` reference solution works it, without the
+    final boxed sentence; ``remainder_kept=False`` brings the ones digit down without the tens
+    step's remainder (the solver's slip: the quotient's ones digit comes out wrong)."""
+    from env_server.debate.problems.generator import long_division_steps
+
+    (lead, tens, carried), _ = long_division_steps(dividend, divisor)
+    part = (carried if remainder_kept else 0) * 10 + dividend % 10
+    ones = part // divisor
+    quotient = 10 * tens + ones
+    return (f"Tens: ${lead} \\div {divisor} = {tens}$ remainder ${carried}$. Ones: ${part} \\div {divisor} = {ones}$. "
+            f"So ${dividend} \\div {divisor} = {quotient}$.")
+
+
+def division_redo(dividend: int, divisor: int, remainder_kept: bool = True) -> str:
+    """The verifier's own long division after a failed check, in words of its own (as
+    :func:`column_check` is for the sums: distinct text keeps each role's slip rate its own)."""
+    from env_server.debate.problems.generator import long_division_steps
+
+    (lead, tens, carried), _ = long_division_steps(dividend, divisor)
+    part = (carried if remainder_kept else 0) * 10 + dividend % 10
+    return (f"Redo: {lead} over {divisor} gives {tens} left {carried}; {part} over {divisor} gives {part // divisor}. "
+            f"The quotient is ${10 * tens + part // divisor}$.")
+
+
+def product_of(quotient: int, divisor: int, carry_kept: bool = True) -> int:
+    """``quotient × divisor`` as :func:`product_check` works it (``carry_kept=False``: the ones
+    product's carry is dropped from the tens product)."""
+    ones = quotient % 10 * divisor
+    return (quotient // 10 * divisor + (ones // 10 if carry_kept else 0)) * 10 + ones % 10
+
+
+def product_check(quotient: int, divisor: int, dividend: int, carry_kept: bool = True) -> str:
+    """The verifier's check of a quotient: ``Check: $5 \\times 7 = 35$, write 5 carry 3; $6
+    \\times 7 + 3 = 45$. The product is $455$, the dividend $455$.`` With ``carry_kept=False``
+    the carry is written 0 (the verifier's own slip)."""
+    ones = quotient % 10 * divisor
+    carried = ones // 10 if carry_kept else 0
+    tens = quotient // 10 * divisor + carried
+    return (f"Check: ${quotient % 10} \\times {divisor} = {ones}$, write {ones % 10} carry {carried}; "
+            f"${quotient // 10} \\times {divisor} + {carried} = {tens}$. The product is "
+            f"${product_of(quotient, divisor, carry_kept)}$, the dividend ${dividend}$.")
 
 
 def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int] | list[int] | str | None) -> str:

@@ -58,7 +58,7 @@ def _fetch_json(url: str, token: str | None) -> Any:
 
 
 #: What to do about a ``--model`` that does not load.
-MODEL_HINT = ("pass a local model folder, a tiny model (tiny, tiny-learning, tiny-sums, <name>@<seed>) or a Hugging "
+MODEL_HINT = ("pass a local model folder, a tiny model (tiny, tiny-learning, tiny-sums, tiny-div, <name>@<seed>) or a Hugging "
               "Face model id this machine can download")
 
 
