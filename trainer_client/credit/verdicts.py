@@ -25,7 +25,8 @@ from typing import Literal
 from env_server.protocol.markers import ErrorKind, Role
 from env_server.protocol.models import EpisodeRewards
 
-__all__ = ["VerdictFigures", "first_verdict", "reviewed_verdicts", "verdict_figures", "verifier_step_metrics"]
+__all__ = ["VerdictFigures", "first_verdict", "reviewed_verdicts", "verdict_figures", "verification_gap",
+           "verifier_step_metrics"]
 
 Verdict = Literal["accept", "reject", "missing"]
 
@@ -144,3 +145,21 @@ def verifier_step_metrics(records: Iterable[EpisodeRewards]) -> dict[str, float]
              "debate/verifier/reject_rate_wrong": figures.verdict_accuracy_wrong,
              "debate/verifier/missing_verdict_share": figures.missing_verdict_share}
     return {name: float(value) for name, value in named.items() if value is not None}
+
+
+def verification_gap(accuracy: float, accept_right: float | None, reject_wrong: float | None) -> float | None:
+    """The generator-verifier gap as the precision of the model's own verification over its
+    generation (Song et al. 2024, "Mind the Gap", arXiv 2412.02674: the gain of filtering
+    generations by self-verification): ``P(right | accepted) − p`` with
+    ``P(right | accepted) = p·a / (p·a + (1 − p)·(1 − r))``, for first-answer accuracy ``p``, accept
+    rate on right answers ``a`` and reject rate on wrong ones ``r`` (fractions). 0: an accept says
+    nothing about being right; ``1 − p`` at most (every accepted answer right).
+
+    Returns:
+        The gap (a fraction, possibly negative), or ``None`` where a rate is ``None`` or nothing
+        would be accepted.
+    """
+    if accept_right is None or reject_wrong is None:
+        return None
+    accepted = accuracy * accept_right + (1 - accuracy) * (1 - reject_wrong)
+    return None if accepted == 0 else accuracy * accept_right / accepted - accuracy

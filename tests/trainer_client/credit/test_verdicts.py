@@ -90,3 +90,16 @@ def test_the_record_says_what_the_verifier_said(first_right: bool, said: str) ->
     assert figures.missing_verdict_share == (spoken is None)
     assert (figures.verdict_accuracy_right if first_right else figures.verdict_accuracy_wrong) == (
         expected == ("accept" if first_right else "reject"))
+
+
+def test_the_verification_gap_by_hand() -> None:
+    """arXiv 2412.02674's gap, P(right | accepted) − p: p 0.5, accept right 0.8, reject wrong 0.6:
+    accepted 0.5·0.8 + 0.5·0.4 = 0.6, of which 0.4 right, so 2/3 − 1/2 = 1/6. A verifier that
+    accepts everything (or accepts at the same rate whatever the answer) has gap 0."""
+    from trainer_client.credit.verdicts import verification_gap
+
+    assert verification_gap(0.5, 0.8, 0.6) == pytest.approx(1 / 6)
+    assert verification_gap(0.3, 1.0, 0.0) == pytest.approx(0.0)
+    assert verification_gap(0.3, 0.7, 0.3) == pytest.approx(0.0)
+    assert verification_gap(0.3, 1.0, 1.0) == pytest.approx(0.7)
+    assert verification_gap(0.3, None, 1.0) is None and verification_gap(0.5, 0.0, 1.0) is None
