@@ -147,7 +147,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         last_answer = problem.answer
         checked = problem.answer  # the answer the worked verifier arrived at
         last_verdict = "CORRECT"
-        working = WORKINGS[family](problem.problem) if carry or verifier == "worked" else None
+        # family is one of WORKINGS whenever the carry slip or the worked verifier is on (checked above)
+        working = WORKINGS[family](problem.problem) if (carry or verifier == "worked") and family else None
         has_carry = working is not None and working.can_slip
         while not episode.done:
             role = episode.role
