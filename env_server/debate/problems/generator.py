@@ -215,7 +215,7 @@ def exact_division(seed: int) -> Draw:
     (10..99), ``n = q·d`` (720 problems), split by content as :func:`two_digit_sum` is
     (:func:`~env_server.debate.problems.splits.division_pairs`).
 
-    A family where checking is cheaper than solving (issue 54; the generator–verifier gap of
+    A family where checking is cheaper than solving (issue 54; the generator-verifier gap of
     arXiv 2412.02674): the reference solution works the long division, two steps of "how many
     times does ``d`` go into this part, with what remainder" (404 distinct such facts over the
     family), while checking a proposed quotient multiplies it back, two one-digit products and a
