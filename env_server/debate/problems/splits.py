@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from functools import lru_cache
 
 __all__ = ["HELDOUT_SEED_BASE", "SPLITS", "SPLIT_SHARES", "VALIDATION_SEED_BASE", "WARMUP_SEED_BASE",
@@ -75,17 +76,24 @@ def _bucket(key: str) -> str:
     raise AssertionError("SPLIT_SHARES sums to 100")
 
 
+def _split_by_content(family: str, items: list[tuple[int, int]], key: Callable[[int, int], str]
+                      ) -> dict[str, list[tuple[int, int]]]:
+    """``items`` shared out over :data:`SPLITS` by ``_bucket(f"{family}:{key(*item)}")``, each split's
+    list in a fixed shuffled order (seeded by ``"<family>/<split>"``)."""
+    out: dict[str, list[tuple[int, int]]] = {split: [] for split in SPLITS}
+    for item in items:
+        out[_bucket(f"{family}:{key(*item)}")].append(item)
+    for split, pairs in out.items():
+        random.Random(f"{family}/{split}").shuffle(pairs)
+    return out
+
+
 @lru_cache(maxsize=1)
 def two_digit_pairs() -> dict[str, list[tuple[int, int]]]:
     """The ordered pairs ``(a, b)`` with ``10 <= a, b <= 99`` (8,100), split by the unordered pair's
     content (``"two_digit_sum:<min>+<max>"``), each split's list in a fixed shuffled order."""
-    out: dict[str, list[tuple[int, int]]] = {split: [] for split in SPLITS}
-    for a in range(10, 100):
-        for b in range(10, 100):
-            out[_bucket(f"two_digit_sum:{min(a, b)}+{max(a, b)}")].append((a, b))
-    for split, pairs in out.items():
-        random.Random(f"two_digit_sum/{split}").shuffle(pairs)
-    return out
+    return _split_by_content("two_digit_sum", [(a, b) for a in range(10, 100) for b in range(10, 100)],
+                             lambda a, b: f"{min(a, b)}+{max(a, b)}")
 
 
 @lru_cache(maxsize=1)
@@ -94,10 +102,5 @@ def division_pairs() -> dict[str, list[tuple[int, int]]]:
     (720) of ``exact_division``, split by content (``"exact_division:<dividend>/<divisor>"``),
     each split's list in a fixed shuffled order. A dividend with two divisors (``84 = 12 * 7 =
     14 * 6``) gives two problems, each split on its own: they share no answer and no step."""
-    out: dict[str, list[tuple[int, int]]] = {split: [] for split in SPLITS}
-    for quotient in range(10, 100):
-        for divisor in range(2, 10):
-            out[_bucket(f"exact_division:{quotient * divisor}/{divisor}")].append((quotient, divisor))
-    for split, pairs in out.items():
-        random.Random(f"exact_division/{split}").shuffle(pairs)
-    return out
+    return _split_by_content("exact_division", [(q, d) for q in range(10, 100) for d in range(2, 10)],
+                             lambda q, d: f"{q * d}/{d}")
