@@ -60,7 +60,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
         wrong_answers: ``(low, high)``: a wrong answer is drawn uniformly from these integers,
             never the right answer; ``"near"``: the right answer plus one of -10, -1, +1, +10
             (a carry or last-digit slip; integer answers); ``None``: from -50..200, possibly
-            the right answer by chance; ``"carry"`` (``two_digit_sum`` only): the working of
+            the right answer by chance; ``"carry"`` (a family of :data:`WORKINGS`; for
+            ``exact_division`` the dropped remainder, :class:`DivisionWorking`): the working of
             :func:`column_solution` with the tens column's carry forgotten (the answer 10 less
             than the right one), drawn only on a problem whose ones column carries, with
             probability ``1 - answer_accuracy``; a problem without a carry is always answered
@@ -89,7 +90,8 @@ def synthetic_debates(n: int, seed: int, max_rounds: int = 1, family: str | None
             ``sdpo.restate`` lays out the SDPO teacher context), so the problem sits as far
             from the turn as without the hint.
         verifier: ``"coin"`` (a one-line critique, the verdict right with probability
-            ``verdict_accuracy``) or ``"worked"`` (``two_digit_sum``: the critique works the sum
+            ``verdict_accuracy``) or ``"worked"`` (a family of :data:`WORKINGS`; ``exact_division``
+            multiplies the answer back, :class:`DivisionWorking`; ``two_digit_sum``: the critique works the sum
             column by column itself (:func:`column_check`), keeping the carry with probability
             ``verifier_accuracy``, then quotes the solution's answer; the verdict is CORRECT exactly when the two agree:
             a verifier whose verdict follows from its own check). The critique comes before the
