@@ -37,6 +37,9 @@ padded with plain-text tokens to the shape's size where larger):
 ``--tree DIR`` runs the arms on another checkout's ``trainer_client`` (an A/B against the commit
 before a change: ``git worktree add /tmp/old <commit>``); this script stays the measuring one.
 
+``--full-override KEY=VALUE`` (repeatable) sets the ``full`` arm's settings as ``train -o`` does, so
+the channels are measured at the settings an ablation chose (issue 56's item 5: R1's and S1's).
+
 Usage: ``python benchmarks/trainer_overhead.py --shape vocab [--steps 6] [--repeats 2]``. The last
 line printed is one JSON object with ``grpo_vs_trl`` and ``full_vs_grpo``, each
 ``{"s_per_step", "outside_generation_s", "peak_memory"}`` (ratios of the medians).
@@ -250,6 +253,8 @@ def train_config(arm: str, spec: dict[str, Any], out: Path):
         "replay.teachers": [{"name": "oracle-a", "kind": "oracle"}, {"name": "oracle-b", "kind": "oracle"}]}
     if "generation_kwargs" in TrainConfig.model_fields:
         overrides["generation_kwargs"] = forced
+    if arm == "full":
+        overrides.update(spec.get("full_overrides", {}))
     return load_config(None, "full" if arm == "full" else "baseline", overrides), forced
 
 
@@ -417,6 +422,9 @@ def main() -> int:
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     parser.add_argument("--completion-len", type=int, default=None, help="forced completion tokens (default: the shape's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--full-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the full arm only, as `train -o` takes it (repeatable): measure the "
+                             "channels at the settings an ablation chose rather than the preset's")
     parser.add_argument("--tiny-model-dir", default="outputs/tiny-model",
                         help="the offline tiny model (its tokenizer and chat template; built there when missing)")
     parser.add_argument("--work", default=None, help="working directory (default: a temporary one)")
@@ -441,6 +449,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO))
     from env_server.cli import running_server
     from env_server.provenance import provenance
+    from trainer_client.config import parse_overrides
     from trainer_client.tiny_models.build import SPECIAL_TOKENS, build_tiny_model
 
     shape = SHAPES[args.shape]
@@ -457,7 +466,8 @@ def main() -> int:
     suppress = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS if tokenizer.convert_tokens_to_ids(t) != eos]
     spec = {"model_dir": str(model_dir), "steps": steps, "seed": args.seed, "work": str(work),
             "completion_len": args.completion_len or shape["completion_len"], "prompts": shape["prompts"],
-            "generations": shape["generations"], "suppress_tokens": suppress, "profile": args.profile}
+            "generations": shape["generations"], "suppress_tokens": suppress, "profile": args.profile,
+            "full_overrides": parse_overrides(args.full_override)}
     tree = Path(args.tree).resolve()
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
     loads: list[tuple[str, float, float]] = []

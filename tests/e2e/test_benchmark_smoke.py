@@ -90,6 +90,29 @@ def test_trainer_overhead_benchmark_runs_the_three_arms_at_the_tiny_shape(tiny_m
     assert len(table) == 3 and any(line.startswith("grpo_vs_trl:") for line in lines)
 
 
+def test_trainer_overhead_full_override_sets_the_full_arm_only(tmp_path) -> None:
+    """``--full-override`` reaches the full arm's config (the channels measured at an ablation's
+    chosen settings) and leaves the GRPO arm's as the preset has it."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import trainer_overhead
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from trainer_client.config import parse_overrides
+
+    spec = {"model_dir": str(tmp_path), "url": "http://127.0.0.1:1", "steps": 2, "prompts": 1, "generations": 2,
+            "completion_len": 8, "seed": 0, "suppress_tokens": [],
+            "full_overrides": parse_overrides(["sdpo.teacher_model_kind=base", "sdpo.failed_only=true",
+                                               "replay.ref_model_sync_steps=10", "replay.pair_source=both"])}
+    full, _ = trainer_overhead.train_config("full", spec, tmp_path / "full")
+    grpo, _ = trainer_overhead.train_config("grpo", spec, tmp_path / "grpo")
+    assert (full.sdpo.teacher_model_kind, full.sdpo.failed_only) == ("base", True)
+    assert (full.replay.ref_model_sync_steps, full.replay.pair_source) == (10, "both")
+    assert full.sdpo.alpha > 0 and full.replay.beta > 0 and grpo.sdpo.alpha == 0 and grpo.replay.beta == 0
+    default, _ = trainer_overhead.train_config("full", {**spec, "full_overrides": {}}, tmp_path / "default")
+    assert (default.sdpo.teacher_model_kind, default.replay.ref_model_sync_steps) != ("base", 10)
+
+
 def test_env_throughput_benchmark_names_its_provenance() -> None:
     """The env benchmarks' JSON carries the provenance (one short row of ``env_throughput``; the
     others add it the same way), with what the server it started says of itself."""
