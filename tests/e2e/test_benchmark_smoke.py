@@ -110,7 +110,8 @@ def test_trainer_overhead_full_override_sets_the_full_arm_only(tmp_path) -> None
     assert (full.replay.ref_model_sync_steps, full.replay.pair_source) == (10, "both")
     assert full.sdpo.alpha > 0 and full.replay.beta > 0 and grpo.sdpo.alpha == 0 and grpo.replay.beta == 0
     default, _ = trainer_overhead.train_config("full", {**spec, "full_overrides": {}}, tmp_path / "default")
-    assert (default.sdpo.teacher_model_kind, default.replay.ref_model_sync_steps) != ("base", 10)
+    assert (default.sdpo.teacher_model_kind, default.replay.ref_model_sync_steps) == ("live", None)
+    assert (default.replay.pair_source, default.sdpo.failed_only) == ("teachers", False)
 
 
 def test_env_throughput_benchmark_names_its_provenance() -> None:
