@@ -148,11 +148,14 @@ class _ChunkedJSD(torch.autograd.Function):
     extra without a per-token clip, and GKD's ``generalized_jsd_loss`` run block by block under
     autograd took 3.7x the time of :func:`_block_jsd` (CPU, 110 x 151,936 logits). The block's
     logits and working buffers are allocated once per call and reused (see :func:`_block_jsd`).
+    A teacher with a head of its own (``teacher_weight``: a frozen or averaged copy's) gets its
+    own product per block; without one, the student's and the teacher's rows share one product.
     """
 
     @staticmethod
-    def forward(ctx, student: torch.Tensor, weight: torch.Tensor, teacher: torch.Tensor, beta: float,  # type: ignore[override]  # autograd.Function's forward is untyped (*args)
-                temperature: float, token_clip: float | None) -> torch.Tensor:
+    def forward(ctx, student: torch.Tensor, weight: torch.Tensor, teacher: torch.Tensor,  # type: ignore[override]  # autograd.Function's forward is untyped (*args)
+                teacher_weight: torch.Tensor | None, beta: float, temperature: float,
+                token_clip: float | None) -> torch.Tensor:
         rows, vocab = student.shape[0], weight.shape[0]
         want_student, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         w = weight.detach()
@@ -169,14 +172,22 @@ class _ChunkedJSD(torch.autograd.Function):
         # on CPU the product writes straight into the float32 buffer; elsewhere F.linear, which
         # autocast (bf16 on a GPU) applies to, where an ``out=`` product would run in float32
         in_place = w.dtype == torch.float32 and w.device.type == "cpu" and not torch.is_autocast_enabled("cpu")
+        w_t = None if teacher_weight is None else teacher_weight.detach()
         for start in range(0, rows, step):
             hidden = student[start:start + step].detach()
             n = hidden.shape[0]
-            both = torch.cat([hidden, teacher[start:start + step]])
-            if in_place:
-                torch.mm(both, w.t(), out=logits[:2 * n])
-            else:
-                logits[:2 * n].copy_(F.linear(both, w))
+            if w_t is None:
+                both = torch.cat([hidden, teacher[start:start + step]])
+                if in_place:
+                    torch.mm(both, w.t(), out=logits[:2 * n])
+                else:
+                    logits[:2 * n].copy_(F.linear(both, w))
+            else:  # the teacher's own head: one product per side
+                for rows_of, head, into in ((hidden, w, logits[:n]), (teacher[start:start + step], w_t, logits[n:2 * n])):
+                    if in_place and head.dtype == torch.float32:
+                        torch.mm(rows_of.to(head.dtype), head.t(), out=into)
+                    else:
+                        into.copy_(F.linear(rows_of.to(head.dtype), head))
             per_token, grad = _block_jsd(logits[:n], logits[n:2 * n], beta, temperature,
                                          (scratch[0], scratch[1], scratch[2]), grad_scale=1.0 / max(rows, 1))
             if token_clip is not None:  # clamp: a token above the cap passes no gradient
@@ -197,13 +208,15 @@ class _ChunkedJSD(torch.autograd.Function):
         grad_student, grad_weight = ctx.saved_tensors
         return (None if grad_student is None else grad_student * grad_output.to(grad_student.dtype),
                 None if grad_weight is None else (grad_weight * grad_output).to(ctx.weight_dtype),
-                None, None, None, None)
+                None, None, None, None, None)
 
 
 def chunked_jsd_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, weight: torch.Tensor,
-                     beta: float = 0.5, temperature: float = 1.0, token_clip: float | None = None) -> torch.Tensor:
+                     beta: float = 0.5, temperature: float = 1.0, token_clip: float | None = None,
+                     teacher_weight: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`masked_jsd_loss` of ``F.linear(student_hidden, weight)`` against
-    ``F.linear(teacher_hidden, weight)`` over every row, without building the ``(N, V)`` logits:
+    ``F.linear(teacher_hidden, teacher_weight or weight)`` over every row, without building the
+    ``(N, V)`` logits:
     at most :data:`~trainer_client.model.forward.BLOCK_ELEMENTS` logits exist at a time, and the gradients of the student's
     hidden states and of ``weight`` are computed block by block in the forward (kept until the
     backward scales them: one ``(N, H)`` and one float32 ``(V, H)`` tensor). Same value as the
@@ -213,9 +226,12 @@ def chunked_jsd_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
 
     Args:
         student_hidden: ``(N, H)`` float, the rows to distil (gradient flows).
-        teacher_hidden: ``(N, H)`` float (no gradient).
+        teacher_hidden: ``(N, H_T)`` float (no gradient); ``H_T = H`` without ``teacher_weight``.
         weight: ``(V, H)`` the output embedding (LM head without bias, softcap or scale).
         beta, temperature, token_clip: see :func:`masked_jsd_loss`.
+        teacher_weight: ``(V, H_T)`` the teacher's own output embedding (a frozen ``base`` or
+            ``ema`` copy's; no gradient), ``None`` when the teacher shares ``weight``. It costs one
+            more vocabulary-wide product per token, not the ``(N, V)`` logits of both sides.
 
     Returns:
         A float32 scalar: the mean per-token divergence (0 without rows).
@@ -223,11 +239,19 @@ def chunked_jsd_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
     Raises:
         ValueError: shapes that do not match.
     """
-    if student_hidden.dim() != 2 or student_hidden.shape != teacher_hidden.shape or weight.dim() != 2 \
-            or weight.shape[1] != student_hidden.shape[1]:
-        raise ValueError(f"student {tuple(student_hidden.shape)}, teacher {tuple(teacher_hidden.shape)} and weight "
-                         f"{tuple(weight.shape)}: need (N, H), (N, H) and (V, H)")
-    out = _ChunkedJSD.apply(student_hidden, weight, teacher_hidden.detach(), beta, temperature, token_clip)
+    if teacher_weight is None:
+        if student_hidden.dim() != 2 or student_hidden.shape != teacher_hidden.shape or weight.dim() != 2 \
+                or weight.shape[1] != student_hidden.shape[1]:
+            raise ValueError(f"student {tuple(student_hidden.shape)}, teacher {tuple(teacher_hidden.shape)} and "
+                             f"weight {tuple(weight.shape)}: need (N, H), (N, H) and (V, H)")
+    elif student_hidden.dim() != 2 or teacher_hidden.dim() != 2 or weight.dim() != 2 or teacher_weight.dim() != 2 \
+            or student_hidden.shape[0] != teacher_hidden.shape[0] or weight.shape[1] != student_hidden.shape[1] \
+            or teacher_weight.shape != (weight.shape[0], teacher_hidden.shape[1]):
+        raise ValueError(f"student {tuple(student_hidden.shape)}, teacher {tuple(teacher_hidden.shape)}, weight "
+                         f"{tuple(weight.shape)} and teacher weight {tuple(teacher_weight.shape)}: need (N, H), "
+                         "(N, H_T), (V, H) and (V, H_T)")
+    out = _ChunkedJSD.apply(student_hidden, weight, teacher_hidden.detach(),
+                            None if teacher_weight is None else teacher_weight.detach(), beta, temperature, token_clip)
     assert isinstance(out, torch.Tensor)
     return out
 

@@ -402,31 +402,35 @@ class SDPOHintDistillation(LossChannel):
             student_hidden = _site_hidden(policy_forward.hidden, sites, prompt_width, teacher.response_length)
         else:
             student_hidden = response_hidden(unwrapped, pack_responses(contexts, responses, pad, device))
-        teacher_hidden, teacher_logits = self._teacher_side(unwrapped, teacher, policy_forward, sites, contexts,
-                                                            insertions, responses, prompt_width)
+        teacher_hidden, teacher_copy = self._teacher_side(unwrapped, teacher, policy_forward, sites, contexts,
+                                                          insertions, responses, prompt_width)
         mask = teacher.mask
         if self.config.gate == "teacher_disagrees":
-            kept = teacher_disagrees(unwrapped, student_hidden, teacher_hidden, teacher_logits, teacher)
+            kept = teacher_disagrees(unwrapped, student_hidden, teacher_hidden, teacher_copy, teacher)
             self._gate_counts = (self._gate_counts[0] + int(kept.sum()), self._gate_counts[1] + len(kept))
             if not kept.any():
                 return None
             mask = mask & kept[:, None]
         head = cast("torch.nn.Module", unwrapped.get_output_embeddings())
-        if teacher_logits is not None:  # a teacher with a head of its own (a copy's): the logits in full
-            return masked_jsd_loss(head(student_hidden), teacher_logits, mask, beta=self.config.jsd_beta,
-                                   temperature=self.config.temperature, token_clip=self.config.token_clip)
+        # a teacher with a head of its own (a base or ema copy's) scores through that head
+        teacher_head = head if teacher_copy is None else \
+            cast("torch.nn.Module", cast("Any", teacher_copy).get_output_embeddings())
+        teacher_weight = None if teacher_copy is None else cast("torch.Tensor", teacher_head.weight)
         if self.config.backend == "liger":
             from liger_kernel.chunked_loss import LigerFusedLinearJSDLoss
 
             loss_fn = LigerFusedLinearJSDLoss(weight_hard_loss=0.0, weight_soft_loss=1.0, beta=self.config.jsd_beta,
                                               temperature=self.config.temperature, compiled=False)
-            return loss_fn(student_hidden[mask], head.weight, teacher_hidden[mask], head.weight, teacher.labels[mask])
-        if getattr(head, "bias", None) is None:  # the erring tokens' logits a block at a time, never (n, L, V)
+            return loss_fn(student_hidden[mask], head.weight, teacher_hidden[mask], teacher_head.weight,
+                           teacher.labels[mask])
+        if getattr(head, "bias", None) is None and getattr(teacher_head, "bias", None) is None:
+            # the erring tokens' logits a block at a time, never (n, L, V)
             weight = cast("torch.Tensor", head.weight)
             return chunked_jsd_loss(student_hidden[mask], teacher_hidden[mask], weight, beta=self.config.jsd_beta,
-                                    temperature=self.config.temperature, token_clip=self.config.token_clip)
+                                    temperature=self.config.temperature, token_clip=self.config.token_clip,
+                                    teacher_weight=teacher_weight)
         with torch.no_grad():  # a head with a bias: full logits
-            teacher_logits = head(teacher_hidden)
+            teacher_logits = teacher_head(teacher_hidden)
         return masked_jsd_loss(head(student_hidden), teacher_logits, mask, beta=self.config.jsd_beta,
                                temperature=self.config.temperature, token_clip=self.config.token_clip)
 
@@ -434,17 +438,17 @@ class SDPOHintDistillation(LossChannel):
     def _teacher_side(self, unwrapped: Any, teacher: Any, policy_forward: CapturedForward | None,
                       sites: list[tuple[int, int, int, str]], contexts: list[list[int]],
                       insertions: list[tuple[int, list[int]]], responses: list[list[int]],
-                      prompt_width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      prompt_width: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
         """The teacher's ``(n, L, H)`` hidden states over the hinted sites (no gradient), and
-        its ``(n, L, V)`` logits when its head is not the policy's (a ``base``/``ema`` copy),
-        else ``None``. The live teacher continues from the GRPO forward's cache where it kept
-        one; any other teacher runs the hinted contexts in full."""
+        the teacher's model when its head is not the policy's (a ``base``/``ema`` copy, whose
+        head then scores them), else ``None``. The live teacher continues from the GRPO
+        forward's cache where it kept one; any other teacher runs the hinted contexts in full."""
         with torch.no_grad():
             if self.config.teacher_model_kind != "live":
                 with self.teacher(unwrapped) as model:
                     hidden = response_hidden(model, teacher)
                     head = cast("torch.nn.Module", cast("Any", model).get_output_embeddings())
-                    return hidden, (head(hidden) if head is not unwrapped.get_output_embeddings() else None)
+                    return hidden, (model if head is not unwrapped.get_output_embeddings() else None)
             if policy_forward is not None and policy_forward.cache is not None:
                 pad = self.trainer.processing_class.pad_token_id
                 # the kept context ends where the dropped generation prompt (if any) began

@@ -115,19 +115,26 @@ def right_token_advantage(channel: Any, batch: ScoredBatch, sites: list[list[tup
 
 
 def teacher_disagrees(unwrapped: Any, student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
-                      teacher_logits: torch.Tensor | None, teacher: Any) -> torch.Tensor:
+                      teacher_copy: torch.nn.Module | None, teacher: Any) -> torch.Tensor:
     """``sdpo.gate: teacher_disagrees``: ``(n,)`` bool, whether at each site the teacher gives
     the student's own sampled tokens of the erring turn a lower mean log-prob than the student
     does, ``mean_j (log p_T(y_j) − log p_S(y_j)) < 0`` (no gradient; a gold-free test that the
-    hint moves the teacher away from the error)."""
+    hint moves the teacher away from the error).
+
+    Args:
+        unwrapped: the policy; its head scores ``student_hidden``.
+        student_hidden, teacher_hidden: ``(n, L, H)`` final hidden states over the sites.
+        teacher_copy: the teacher's own model when its head is not the policy's (a ``base`` or
+            ``ema`` copy), whose head scores ``teacher_hidden``; ``None``: the policy's head.
+        teacher: the hinted sites' :class:`~trainer_client.model.forward.ResponseBatch`
+            (``labels``, ``mask``: ``(n, L)``).
+
+    Both sides go through :func:`~trainer_client.model.forward.head_logps`, at most its block of
+    logits at a time, never the ``(n, L, V)`` logits."""
     labels, mask = teacher.labels, teacher.mask
     with torch.no_grad():
         student = head_logps(unwrapped, student_hidden.detach(), labels, mask)
-        if teacher_logits is not None:
-            own = torch.log_softmax(teacher_logits.float(), -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
-            teacher_logps = own * mask
-        else:
-            teacher_logps = head_logps(unwrapped, teacher_hidden, labels, mask)
+        teacher_logps = head_logps(unwrapped if teacher_copy is None else teacher_copy, teacher_hidden, labels, mask)
         tokens = mask.sum(-1).clamp(min=1)
         return ((teacher_logps - student) * mask).sum(-1) / tokens < 0
 

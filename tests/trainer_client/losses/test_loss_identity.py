@@ -102,6 +102,59 @@ def test_chunked_jsd_gives_the_stored_loss_and_the_full_logits_gradients(block, 
     assert s.grad[~mask].abs().sum() == 0 and s.grad[mask].abs().sum() > 0
 
 
+def test_chunked_jsd_with_the_teachers_own_head_is_the_hand_computed_divergence() -> None:
+    """One token, a vocabulary of 2, hidden size 1: the student's head gives logits (0, 0), so
+    ``p_S = (1/2, 1/2)``; the teacher's own head gives (ln 3, 0), so ``p_T = (3/4, 1/4)``. With
+    ``m = (p_S + p_T)/2 = (5/8, 3/8)`` the JSD at β 0.5 is
+    ``½·[¾ ln(6/5) + ¼ ln(2/3)] + ½·[½ ln(4/5) + ½ ln(4/3)] = 0.0338221`` nats; through the
+    student's head for both sides it would be 0."""
+    import math
+
+    student, teacher = torch.ones(1, 1, requires_grad=True), torch.ones(1, 1)
+    weight = torch.zeros(2, 1, requires_grad=True)
+    teacher_weight = torch.tensor([[math.log(3.0)], [0.0]])
+    by_hand = 0.5 * (0.75 * math.log(6 / 5) + 0.25 * math.log(2 / 3)) + 0.5 * (0.5 * math.log(4 / 5)
+                                                                               + 0.5 * math.log(4 / 3))
+    loss = chunked_jsd_loss(student, teacher, weight, teacher_weight=teacher_weight)
+    assert loss.item() == pytest.approx(by_hand, abs=1e-7) and by_hand == pytest.approx(0.0338221, abs=1e-7)
+    assert chunked_jsd_loss(student, teacher, weight).item() == pytest.approx(0.0, abs=1e-7)
+    loss.backward()
+    # d/dz of ½KL(S‖m): ½·p_S·(log p_S − log m − KL(S‖m)) per logit, times the hidden state 1
+    kl_s = 0.5 * math.log(4 / 5) + 0.5 * math.log(4 / 3)
+    expected = [0.5 * 0.5 * (math.log(0.5 / q) - kl_s) for q in (5 / 8, 3 / 8)]
+    torch.testing.assert_close(weight.grad, torch.tensor([[expected[0]], [expected[1]]]), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(("beta", "temperature", "clip"), [(0.5, 1.0, None), (0.0, 1.0, None), (1.0, 0.8, None),
+                                                           (0.5, 1.0, 0.35)])
+def test_chunked_jsd_with_the_teachers_own_head_equals_the_full_logits_loss(block, beta, temperature, clip) -> None:
+    """A ``base``/``ema`` teacher scores through its own head: the chunked loss with
+    ``teacher_weight`` gives :func:`masked_jsd_loss` of the two heads' full logits, and its
+    gradients for the student's hidden states and head; the teacher's head gets none."""
+    student, teacher, weight, mask = jsd_inputs()
+    teacher_weight = weight + 0.1 * torch.randn(weight.shape, generator=torch.Generator().manual_seed(5))
+    s, w = student.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    w_t = teacher_weight.clone().requires_grad_(True)
+    chunked = chunked_jsd_loss(s[mask], teacher[mask], w, beta=beta, temperature=temperature, token_clip=clip,
+                               teacher_weight=w_t)
+    chunked.backward()
+    s_full, w_full = student.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    full = masked_jsd_loss(s_full @ w_full.T, teacher @ teacher_weight.T, mask, beta=beta, temperature=temperature,
+                           token_clip=clip)
+    full.backward()
+    assert chunked.item() == pytest.approx(full.item(), abs=1e-5)
+    assert chunked.item() != pytest.approx(chunked_jsd_loss(s[mask], teacher[mask], w, beta=beta,
+                                                            temperature=temperature, token_clip=clip).item(), abs=1e-4)
+    torch.testing.assert_close(s.grad, s_full.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(w.grad, w_full.grad, rtol=1e-4, atol=1e-6)
+    assert w_t.grad is None
+
+
+def test_chunked_jsd_checks_the_teachers_head_shape() -> None:
+    with pytest.raises(ValueError, match=r"\(V, H_T\)"):
+        chunked_jsd_loss(torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(10, 4), teacher_weight=torch.zeros(9, 4))
+
+
 def test_chunked_jsd_without_rows_is_zero_and_checks_shapes() -> None:
     weight = torch.randn(10, 4, requires_grad=True)
     empty = chunked_jsd_loss(torch.zeros(0, 4, requires_grad=True), torch.zeros(0, 4), weight)

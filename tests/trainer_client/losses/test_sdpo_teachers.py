@@ -266,3 +266,33 @@ def test_the_gate_keeps_the_sites_where_the_teacher_disagrees_with_the_error(mod
     expected = masked_jsd_loss(padded([s_logits[i] for i in chosen]), padded([t_logits[i] for i in chosen]),
                                padded([masks[i] for i in chosen]), beta=0.5).item()
     assert metrics["loss/sdpo_jsd"][-1] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
+def test_the_gate_scores_a_teacher_copy_through_its_own_head(model_and_tokenizer) -> None:
+    """With a ``base``/``ema`` copy the gate's teacher log-probs come from the copy's head (block
+    by block through ``head_logps``), not the policy's: the same hidden states on both sides
+    give a gap of exactly 0 through one head (nothing kept), and through a copy whose head is the
+    policy's doubled (a sharper teacher: random tokens less likely) the by-hand full-logits gap."""
+    import copy
+    from types import SimpleNamespace
+
+    from trainer_client.losses.sdpo_teacher import teacher_disagrees
+
+    model, _ = model_and_tokenizer
+    teacher_copy = copy.deepcopy(model)
+    with torch.no_grad():
+        teacher_copy.get_output_embeddings().weight.mul_(2.0)
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(3, 5, model.config.hidden_size, generator=g)
+    labels = torch.randint(0, model.config.vocab_size, (3, 5), generator=g)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1, :2] = False
+    sites = SimpleNamespace(labels=labels, mask=mask)
+    assert not teacher_disagrees(model, hidden, hidden, None, sites).any()
+    kept = teacher_disagrees(model, hidden, hidden, teacher_copy, sites)
+    with torch.no_grad():
+        def logps(head: torch.nn.Module) -> torch.Tensor:
+            return torch.log_softmax(head(hidden).float(), -1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+        gap = ((logps(teacher_copy.get_output_embeddings()) - logps(model.get_output_embeddings())) * mask).sum(-1)
+    assert kept.tolist() == (gap / mask.sum(-1) < 0).tolist() and kept.any()
