@@ -15,12 +15,15 @@ from trainer_client.tiny_models.recipes import tiny_model_spec
 
 PINNED = sorted(p.name for p in PINNED_DIR.iterdir() if (p / "tiny_model.json").exists())
 
+#: Loads every folder afresh under each thread count, one line per count. One process for both
+#: counts: its first ``from_pretrained`` costs ~12 s of lazy imports, which a second process paid again.
 _FINGERPRINT = """
 import sys, torch
-torch.set_num_threads(int(sys.argv[1]))
 from transformers import AutoModelForCausalLM
 from trainer_client.model.fingerprint import weights_fingerprint
-print(torch.get_num_threads(), *(weights_fingerprint(AutoModelForCausalLM.from_pretrained(p)) for p in sys.argv[2:]))
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    print(torch.get_num_threads(), *(weights_fingerprint(AutoModelForCausalLM.from_pretrained(p)) for p in sys.argv[1:]))
 """
 
 
@@ -63,14 +66,14 @@ def test_a_committed_build_is_its_recipes_and_is_what_tiny_model_path_returns(na
 
 def test_committed_weights_load_identically_under_one_and_two_torch_threads(tmp_path: Path) -> None:
     """``tiny``, ``tiny-sums`` and its default teachers, from the committed folder and from the copy
-    a caller with its own folder gets, each loaded in a fresh process under 1 and under 2 torch
-    threads: every load gives the fingerprint recorded at the build."""
+    a caller with its own folder gets, each loaded afresh (in a process of its own) under 1 and
+    then under 2 torch threads: every load gives the fingerprint recorded at the build."""
     names = ["tiny", "tiny-sums", *TEACHERS]
     recorded = [json.loads((PINNED_DIR / name / "tiny_model.json").read_text())["fingerprint"] for name in names]
     folders = [str(PINNED_DIR / name) for name in names]
     copies = [str(build_tiny_model(tmp_path / name, tiny_model_spec(name))) for name in names]
-    for threads in (1, 2):
-        out = subprocess.run([sys.executable, "-c", _FINGERPRINT, str(threads), *folders, *copies], check=True,
-                             capture_output=True, text=True).stdout.split()
-        assert out[0] == str(threads)
-        assert out[1:] == recorded + recorded, (threads, out)
+    lines = subprocess.run([sys.executable, "-c", _FINGERPRINT, *folders, *copies], check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "2"], lines
+    for line in lines:
+        assert line.split()[1:] == recorded + recorded, line
