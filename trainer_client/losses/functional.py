@@ -215,8 +215,8 @@ def chunked_jsd_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
                      beta: float = 0.5, temperature: float = 1.0, token_clip: float | None = None,
                      teacher_weight: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`masked_jsd_loss` of ``F.linear(student_hidden, weight)`` against
-    ``F.linear(teacher_hidden, teacher_weight or weight)`` over every row, without building the
-    ``(N, V)`` logits:
+    ``F.linear(teacher_hidden, teacher_weight)`` (``weight`` when ``teacher_weight`` is ``None``)
+    over every row, without building the ``(N, V)`` logits:
     at most :data:`~trainer_client.model.forward.BLOCK_ELEMENTS` logits exist at a time, and the gradients of the student's
     hidden states and of ``weight`` are computed block by block in the forward (kept until the
     backward scales them: one ``(N, H)`` and one float32 ``(V, H)`` tensor). Same value as the
