@@ -35,7 +35,7 @@ from trainer_client.tiny_models.recipes import (
 )
 from trainer_client.tiny_models.warmup_debates import HINT_MESSAGE, synthetic_debates
 
-__all__ = ["BUILD_FILES", "PINNED_DIR", "build_tiny_model", "pinned_build", "rollout_tokens", "supervised_steps",
+__all__ = ["BUILD_FILES", "PINNED_DIR", "build_tiny_model", "drill_tokens", "pinned_build", "rollout_tokens", "supervised_steps",
            "tiny_model_main", "tiny_model_path", "tiny_models_cache"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>"]
@@ -63,6 +63,16 @@ def _train_tokenizer(texts: list[str], vocab_size: int, chat_template: str, phra
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     wrapped.chat_template = chat_template
     return wrapped
+
+
+def drill_tokens(tokenizer, text: str, spans: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """Token ids of a drill (:func:`~trainer_client.tiny_models.warmup_debates.division_fact_drills`),
+    tokenized whole, and a 0/1 mask of the tokens inside ``spans`` (the answer digits: a
+    phrase-token tokenizer gives each digit a token of its own, so a span is whole tokens), then
+    the end-of-text token (masked 0)."""
+    encoded = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+    mask = [int(any(lo <= start and end <= hi for lo, hi in spans)) for start, end in encoded["offset_mapping"]]
+    return [*encoded["input_ids"], tokenizer.pad_token_id], [*mask, 0]
 
 
 def rollout_tokens(tokenizer, messages: list[dict[str, Any]], tools: list[Any]) -> tuple[list[int], list[int]]:
@@ -199,7 +209,9 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     torch.manual_seed(spec["seed"])
     conversations, singles = _warm_up_conversations(spec)
     print(f"mathdebate: building a tiny model ({why}): {spec['sft_steps']} warm-up steps on "
-          f"{len(conversations) + len(singles)} scripted episodes, kept in {kept_in or out_dir} for later runs",
+          f"{len(conversations) + len(singles)} scripted episodes"
+          + (f" and {spec['fact_drills']} fact drills" if spec.get("fact_drills") else "")
+          + f", kept in {kept_in or out_dir} for later runs",
           file=sys.stderr, flush=True)
     chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tools = tool_callables()
@@ -225,6 +237,11 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec | None = None, pro
     )
     model = LlamaForCausalLM(LlamaConfig(**sizes)) if phrase_tokens else Qwen2ForCausalLM(Qwen2Config(**sizes))
     examples = [rollout_tokens(tokenizer, c, tools) for c in conversations + singles]
+    if spec.get("fact_drills"):  # short drills of the family's facts beside the episodes (tiny-div v2)
+        from trainer_client.tiny_models.warmup_debates import division_fact_drills
+
+        examples += [drill_tokens(tokenizer, text, spans) for text, spans in
+                     division_fact_drills(spec["fact_drills"], spec["seed"] + 2)]
     _warm_up(model, examples, tokenizer.pad_token_id, spec, progress,
              None if monitor is None else lambda step: monitor(step, model, tokenizer))
 

@@ -17,7 +17,8 @@ import random
 import re
 from typing import Any
 
-__all__ = ["HINT_MESSAGE", "column_check", "column_solution", "hint_for_turn", "synthetic_debates"]
+__all__ = ["HINT_MESSAGE", "column_check", "column_solution", "division_fact_drills", "division_facts", "hint_for_turn",
+           "synthetic_debates"]
 
 #: Marks a warm-up user message as a hint (the layout puts it where SDPO's teacher context does).
 HINT_MESSAGE = "hint"
@@ -424,6 +425,51 @@ def product_check(quotient: int, divisor: int, dividend: int, carry_kept: bool =
     return (f"Check: ${quotient % 10} \\times {divisor} = {ones}$, write {ones % 10} carry {carried}; "
             f"${quotient // 10} \\times {divisor} + {carried} = {tens}$. The product is "
             f"${product_of(quotient, divisor, carry_kept)}$, the dividend ${dividend}$.")
+
+
+def division_facts() -> list[tuple[str, int, int, int, int]]:
+    """The division table that ``exact_division``'s long division reads from: ``(step, part,
+    divisor, digit, remainder)`` with ``digit = part // divisor``, ``remainder = part % divisor``.
+
+    - ``"Tens"``: every leading part a dividend can have, ``part`` in ``d .. 10d - 1`` for each
+      divisor ``d`` in 2..9 (396 facts; a dividend ``10d .. 99d`` has ``part = dividend // 10``);
+    - ``"Ones"``: the exact ones steps of a right working, ``part = b·d`` for ``b`` in 0..9 (80).
+
+    These are the family's "times tables" (as the 100 column facts are the sums'): a held-out
+    problem composes two of them, and no list of them names a problem (a dividend and divisor).
+    """
+    tens = [("Tens", part, d, part // d, part % d) for d in range(2, 10) for part in range(d, 10 * d)]
+    ones = [("Ones", b * d, d, b, 0) for d in range(2, 10) for b in range(10)]
+    return tens + ones
+
+
+def division_fact_drills(n: int, seed: int, facts_per_drill: int = 8) -> list[tuple[str, list[tuple[int, int]]]]:
+    """``n`` short drills of :func:`division_facts`, each ``facts_per_drill`` facts drawn at random
+    (``random.Random(seed)``) and written as the solver's working writes them inside its tool
+    call's JSON argument (``Tens: $45 \\\\div 7 = 6$ remainder $3$. Ones: $35 \\\\div 7 = 5$.``, the
+    backslash escaped as ``json.dumps`` escapes it in the rollout).
+
+    Returns:
+        ``(text, spans)`` per drill: ``spans`` are the ``[start, end)`` character ranges of the
+        answer digits (each quotient digit and remainder), the only characters a warm-up trains
+        on (the parts and divisors are the drill's given, not something to predict).
+    """
+    facts = division_facts()
+    rng = random.Random(seed)
+    drills = []
+    for _ in range(n):
+        text, spans = "", []
+        for step, part, divisor, digit, remainder in rng.choices(facts, k=facts_per_drill):
+            text += json.dumps(f"{step}: ${part} \\div {divisor} = ")[1:-1]
+            spans.append((len(text), len(text) + len(str(digit))))
+            text += str(digit)
+            if step == "Tens":
+                text += "$ remainder $"
+                spans.append((len(text), len(text) + len(str(remainder))))
+                text += str(remainder)
+            text += "$. "
+        drills.append((text.rstrip(), spans))
+    return drills
 
 
 def _wrong_answer(rng: random.Random, answer: str, wrong_answers: tuple[int, int] | list[int] | str | None) -> str:

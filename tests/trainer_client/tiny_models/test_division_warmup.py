@@ -10,8 +10,11 @@ import pytest
 
 from env_server.debate.error_sites import localised_hint
 from env_server.debate.problems import ProblemGenerator
+from env_server.debate.problems.generator import long_division_steps
 from trainer_client.tiny_models.warmup_debates import (
     DivisionWorking,
+    division_fact_drills,
+    division_facts,
     division_solution,
     product_check,
     product_of,
@@ -83,3 +86,26 @@ def test_scripted_division_debates_verdicts_follow_the_check_and_hints_localise_
 def test_the_worked_turns_are_refused_for_a_family_without_them() -> None:
     with pytest.raises(ValueError, match="defined for family in"):
         synthetic_debates(2, 0, family="single_digit_sum", wrong_answers="carry")
+
+
+def test_the_division_table_and_its_drills() -> None:
+    from trainer_client.tiny_models.build import _train_tokenizer, drill_tokens
+
+    facts = division_facts()
+    # tens: parts d..10d-1 for d in 2..9 (9d each: 9 * 44 = 396); ones: b*d for b in 0..9 (80)
+    assert len(facts) == 476 and len(set(facts)) == 476
+    assert ("Tens", 45, 7, 6, 3) in facts and ("Ones", 35, 7, 5, 0) in facts and ("Tens", 6, 7, 0, 6) not in facts
+    every_step = {(part, d) for dividend, d in ((q * d, d) for d in range(2, 10) for q in range(10, 100))
+                  for part, _, _ in long_division_steps(dividend, d)}
+    assert every_step == {(part, d) for _, part, d, _, _ in facts}  # the table is exactly what a working reads
+    (text, spans), = division_fact_drills(1, 0, facts_per_drill=3)
+    assert re.fullmatch(r"((Tens: \$\d+ \\\\div \d = \d\$ remainder \$\d\$|Ones: \$\d+ \\\\div \d = \d\$)\. ?){3}", text)
+    answers = [g for pair in re.findall(r"= (\d)\$|remainder \$(\d)\$", text) for g in pair if g]
+    assert [text[a:b] for a, b in spans] == answers and len(answers) >= 3
+    for match in re.finditer(r"Tens: \$(\d+) \\\\div (\d) = (\d)\$ remainder \$(\d)\$", text):
+        part, d, digit, remainder = map(int, match.groups())
+        assert (digit, remainder) == divmod(part, d)
+    # whole digit tokens under the mask (a phrase-token tokenizer keeps each digit a token)
+    tokenizer = _train_tokenizer([text] * 3, 300, "", phrase_tokens=True)
+    ids, mask = drill_tokens(tokenizer, text, spans)
+    assert [tokenizer.decode([i]) for i, m in zip(ids, mask, strict=True) if m] == [text[a:b] for a, b in spans]
