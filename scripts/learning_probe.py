@@ -48,7 +48,7 @@ def _evaluate(model_dir: Path, tokenizer_dir: Path, family: str, n: int, k: int)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="outputs/learning-probe")
-    parser.add_argument("--model", default="tiny-learning", choices=["tiny-learning", "tiny-sums", "tiny-div"],
+    parser.add_argument("--model", default="tiny-learning", choices=["tiny-learning", "tiny-sums", "tiny-div", "tiny-div-r2"],
                         help="which offline tiny model's spec to build (trainer_client.config.TINY_MODELS)")
     parser.add_argument("--spec", default="{}", help="JSON overrides of learning_spec() (e.g. '{\"sft_steps\": 200}')")
     parser.add_argument("--curve-every", type=int, default=0, help="during the warm-up, evaluate every N steps")

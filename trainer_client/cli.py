@@ -43,7 +43,7 @@ TRAIN_FLAGS = {
     "env_url": "the env server's URL (several replicas: comma-separated)",
     "max_steps": "optimiser steps",
     "output_dir": "metrics, plot, checkpoints and pairs go here",
-    "model": "Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning' / 'tiny-sums' / 'tiny-div'",
+    "model": "Hugging Face causal LM id or path, or 'tiny' / 'tiny-learning' / 'tiny-sums' / 'tiny-div' / 'tiny-div-r2'",
     "advantage_estimator": "per-role group normalisation (grpo), per role and turn (grpo_turn), GiGPO step-level "
                            "credit (gigpo) or grpo plus K actions from one state at the verifier's and revision "
                            "turns, graded on forks (grpo_state; -o state.branches=, state.continuation=)",

@@ -67,7 +67,7 @@ def tiny_model_teachers(model: str) -> list[dict[str, Any]]:
 #: and ``tiny-learning`` (warm-up on the easy ``single_digit_sum`` family, partly right: the
 #: learning experiment's; ``trainer_client.tiny_models.build.learning_spec``).
 TINY_MODELS: dict[str, str] = {"tiny": "default_spec", "tiny-learning": "learning_spec", "tiny-sums": "sums_spec",
-                               "tiny-div": "division_spec"}
+                               "tiny-div": "division_spec", "tiny-div-r2": "division_rounds_spec"}
 
 #: Config keys that were renamed, old -> new: a config or override with the old key fails with
 #: one line naming the new one (never silently ignored).

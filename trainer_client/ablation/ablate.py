@@ -63,6 +63,7 @@ __all__ = [
     "Arm",
     "ablation_model",
     "ablation_modes",
+    "ablation_rounds",
     "arm_shapings",
     "plan_arms",
     "replay_figures",
@@ -108,6 +109,23 @@ def ablation_modes(modes: Sequence[str] | None, config_mode: str) -> list[str]:
     """The episode modes of an ablation: ``--modes`` when given, else the config's own ``mode``
     (a config that trains in ``single`` mode ablates in it, not in the CLI's default)."""
     return list(modes) if modes else [config_mode]
+
+
+def ablation_rounds(overrides: dict[str, Any], config_rounds: int | None) -> int:
+    """The rounds of the debates an ablation evaluates before and after training: the rounds its
+    runs train with, ``-o max_rounds=...`` when given (it wins over the config in every run), else
+    the config's ``max_rounds``, else 1 (a run whose config leaves the rounds to the server trains
+    on one round, :func:`run_overrides`). Before, ``-o max_rounds=2`` trained two-round debates and
+    evaluated one-round ones.
+
+    Raises:
+        ValueError: a ``max_rounds`` override that is not an integer >= 1.
+    """
+    rounds = overrides.get("max_rounds", config_rounds)
+    rounds = 1 if rounds is None else rounds
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"max_rounds must be an integer >= 1, got {rounds!r}")
+    return rounds
 
 
 def arm_shapings(shapings: Sequence[str] | None, overrides: dict[str, Any], recipe: str | None = None) -> list[str] | None:
@@ -243,7 +261,7 @@ def run_ablation(args: argparse.Namespace) -> Path:
                                   VALIDATION_SEED_BASE - HELDOUT_SEED_BASE)
     eval_kwargs = {"k": args.pass_k, "debate_k": args.pass_k if args.debate_k is None else args.debate_k,
                    "temperature": ablation_temperature(args.overrides, base, base.model in TINY_MODELS),
-                   "max_rounds": base.max_rounds or 1}
+                   "max_rounds": ablation_rounds(args.overrides, base.max_rounds)}
 
     t0 = time.perf_counter()
     model, tokenizer = _load(model_path)

@@ -273,7 +273,8 @@ def _warm_up_conversations(spec: TinyModelSpec) -> tuple[list[list[dict[str, Any
                                  restate_hints=spec.get("restate_hints", False),
                                  verifier=spec.get("verifier", "coin"), judge=spec.get("judge", "copy"),
                                  verifier_accuracy=spec.get("verifier_accuracy", 1.0),
-                                 hint_roles=spec.get("hint_roles"))
+                                 hint_roles=spec.get("hint_roles"),
+                                 max_rounds=spec.get("max_rounds", 1) if mode == "debate" else 1)
 
     debates = play(spec["debates"], spec["seed"], first_seed, "debate")
     n_single = spec.get("single_episodes", 0)

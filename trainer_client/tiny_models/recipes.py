@@ -17,6 +17,7 @@ __all__ = [
     "TEACHER_WARMUP_FACTOR",
     "TinyModelSpec",
     "default_spec",
+    "division_rounds_spec",
     "is_tiny_model_name",
     "learning_spec",
     "sums_spec",
@@ -144,6 +145,21 @@ def division_spec(seed: int = 0) -> TinyModelSpec:
                          hint_style="localised", restate_hints=True, warmup_seed_base=WARMUP_SEED_BASE, debates=3000,
                          fact_drills=1200, phrase_tokens=True, vocab_size=2048, sft_steps=8000,
                          sft_schedule_steps=8000)
+
+
+def division_rounds_spec(seed: int = 0) -> TinyModelSpec:
+    """``tiny-div`` warmed up on two-round debates (``model: tiny-div-r2``; issue 54's last lever,
+    a team-plus-local reward on the solver's revision turns, needs a start that has seen a
+    revision): :func:`division_spec` with the warm-up's debates played with ``max_rounds=2``
+    (:func:`~trainer_client.tiny_models.warmup_debates.synthetic_debates`). The debate's order is
+    the server's: a verifier that accepts the first answer ends the round and the judge closes;
+    one that rejects it sends it back, the solver revises (the scripted revision works the
+    division again, keeping the remainder with the same probability 0.3, drawn anew), the
+    verifier checks the revision and the judge concludes from that last verdict. The single-mode
+    episodes, the drills, the problems, the seeds and the 8,000 steps are ``tiny-div``'s.
+
+    Stop rule: the same length as ``tiny-div`` (no choice made on this build's curve)."""
+    return TinyModelSpec(division_spec(seed), max_rounds=2)
 
 
 def sums_spec_v1(seed: int = 0) -> TinyModelSpec:

@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_TINY_MODEL", "TINY_ABLATION_SETTINGS", "TINY_FAMILIES", "TIN
 #: content; ``tiny-learning`` (``tiny_model.learning_spec``, the first protocol) learns
 #: ``single_digit_sum``, whose 100 problems are all seen in training (it measures memorisation).
 TINY_FAMILIES = {"tiny-sums": "gen:two_digit_sum", "tiny-learning": "gen:single_digit_sum", "tiny": None,
-                 "tiny-div": "gen:exact_division"}
+                 "tiny-div": "gen:exact_division", "tiny-div-r2": "gen:exact_division"}
 #: The default model of ``mathdebate ablate`` without ``--config`` (``--model tiny`` means it too).
 DEFAULT_TINY_MODEL = "tiny-sums"
 

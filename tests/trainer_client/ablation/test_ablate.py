@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from records import make_record
 
-from trainer_client.ablation.ablate import Arm, ablation_model, ablation_modes, arm_shapings, plan_arms
+from trainer_client.ablation.ablate import Arm, ablation_model, ablation_modes, ablation_rounds, arm_shapings, plan_arms
 from trainer_client.ablation.run_figures import static_controls
 from trainer_client.ablation.runs import RunResult
 from trainer_client.ablation.stats import mean_interval, paired_gain
@@ -40,6 +40,19 @@ def test_an_arm_is_named_after_the_credit_it_trains_with():
     assert arm.name == "baseline+reward_mixing"
     with pytest.raises(ValueError, match="--shaping"):
         arm_shapings(["identity"], {"reward_shaping.strategy": "reward_mixing"})
+
+
+def test_the_debates_evaluated_have_the_rounds_the_runs_train_with():
+    """``-o max_rounds=2`` trains two-round debates (it is applied last in every run), so the
+    evaluation before and after plays two rounds too; without it, the config's rounds, else the
+    one round a run without them trains on."""
+    assert ablation_rounds({"max_rounds": 2}, None) == 2
+    assert ablation_rounds({"max_rounds": 2}, 3) == 2
+    assert ablation_rounds({}, 3) == 3
+    assert ablation_rounds({}, None) == 1
+    for bad in (0, "two", True):
+        with pytest.raises(ValueError, match="max_rounds"):
+            ablation_rounds({"max_rounds": bad}, None)
 
 
 def test_a_single_arm_trains_in_single_mode(tmp_path):
