@@ -34,8 +34,9 @@ TEACHERS = ["tiny-sums@1", "tiny-sums@2", "tiny-sums@3"]
 def test_the_protocol_models_are_committed() -> None:
     """The starting policies and the default teachers of ``tiny-sums`` (``tiny-sums@1..3``, 18,000
     warm-up steps each: about 40 minutes of one core that a replay arm no longer spends), and
-    ``tiny-div``, the start of the family where checking is cheaper than solving (issue 54)."""
-    for name in ("tiny", "tiny-learning", "tiny-sums", *TEACHERS, "tiny-div"):
+    ``tiny-div``, the start of the family where checking is cheaper than solving (issue 54), and
+    ``tiny-div-r2``, its two-round warm-up (revision turns)."""
+    for name in ("tiny", "tiny-learning", "tiny-sums", *TEACHERS, "tiny-div", "tiny-div-r2"):
         assert name in PINNED, f"{name} has no committed build in {PINNED_DIR}"
 
 
@@ -69,7 +70,7 @@ def test_committed_weights_load_identically_under_one_and_two_torch_threads(tmp_
     """``tiny``, ``tiny-sums`` and its default teachers and ``tiny-div``, from the committed folder and from the copy
     a caller with its own folder gets, each loaded afresh (in a process of its own) under 1 and
     then under 2 torch threads: every load gives the fingerprint recorded at the build."""
-    names = ["tiny", "tiny-sums", *TEACHERS, "tiny-div"]
+    names = ["tiny", "tiny-sums", *TEACHERS, "tiny-div", "tiny-div-r2"]
     recorded = [json.loads((PINNED_DIR / name / "tiny_model.json").read_text())["fingerprint"] for name in names]
     folders = [str(PINNED_DIR / name) for name in names]
     copies = [str(build_tiny_model(tmp_path / name, tiny_model_spec(name))) for name in names]
