@@ -109,3 +109,32 @@ def test_the_division_table_and_its_drills() -> None:
     tokenizer = _train_tokenizer([text] * 3, 300, "", phrase_tokens=True)
     ids, mask = drill_tokens(tokenizer, text, spans)
     assert [tokenizer.decode([i]) for i, m in zip(ids, mask, strict=True) if m] == [text[a:b] for a, b in spans]
+
+
+def test_the_two_round_recipe_warms_up_on_revisions_after_rejections_only() -> None:
+    """``tiny-div-r2``'s spec reaches the warm-up's debates (``max_rounds`` 2): a debate whose
+    first answer the scripted verifier rejected holds the solver's revision and a second
+    verdict, one it accepted goes straight to the judge; ``tiny-div``'s debates never revise."""
+    from trainer_client.tiny_models.build import _warm_up_conversations
+    from trainer_client.tiny_models.recipes import TinyModelSpec, tiny_model_spec
+
+    def calls(conversation: list[dict]) -> list[str]:
+        return [m["tool_calls"][0]["function"]["name"] for m in conversation
+                if m.get("role") == "assistant" and m.get("tool_calls")]
+
+    for name, revises in (("tiny-div-r2", True), ("tiny-div", False)):
+        spec = TinyModelSpec(tiny_model_spec(name), debates=60, single_episodes=2)
+        debates, singles = _warm_up_conversations(spec)
+        assert all(calls(s) == ["submit_solution"] for s in singles)
+        seen_revision = False
+        for debate in debates:
+            names = calls(debate)
+            first_verdict = next(m for m in debate if m.get("tool_calls") and
+                                 m["tool_calls"][0]["function"]["name"] == "submit_verdict")
+            rejected = first_verdict["tool_calls"][0]["function"]["arguments"]["verdict"] == "INCORRECT"
+            if revises and rejected:
+                assert names == ["submit_solution", "submit_verdict"] * 2 + ["submit_final_answer"], names
+                seen_revision = True
+            else:
+                assert names == ["submit_solution", "submit_verdict", "submit_final_answer"], names
+        assert seen_revision is revises
