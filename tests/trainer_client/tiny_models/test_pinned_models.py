@@ -67,9 +67,10 @@ def test_a_committed_build_is_its_recipes_and_is_what_tiny_model_path_returns(na
 
 
 def test_committed_weights_load_identically_under_one_and_two_torch_threads(tmp_path: Path) -> None:
-    """``tiny``, ``tiny-sums`` and its default teachers, ``tiny-div`` and ``tiny-div-r2``, from the committed folder and from the copy
-    a caller with its own folder gets, each loaded afresh (in a process of its own) under 1 and
-    then under 2 torch threads: every load gives the fingerprint recorded at the build."""
+    """``tiny``, ``tiny-sums`` and its default teachers, ``tiny-div`` and ``tiny-div-r2``, from the
+    committed folder and from the copy a caller with its own folder gets, each loaded afresh (in a
+    process of its own) under 1 and then under 2 torch threads: every load gives the fingerprint
+    recorded at the build."""
     names = ["tiny", "tiny-sums", *TEACHERS, "tiny-div", "tiny-div-r2"]
     recorded = [json.loads((PINNED_DIR / name / "tiny_model.json").read_text())["fingerprint"] for name in names]
     folders = [str(PINNED_DIR / name) for name in names]
